@@ -1,0 +1,3 @@
+"""looped: looped and recurrent Transformers."""
+
+__version__ = "0.1.0"

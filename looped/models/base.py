@@ -1,0 +1,113 @@
+"""The protocol every autoregressive model implements (family "lm").
+
+    logits = model(tokens)                      # (batch, length) -> (batch, length, vocab)
+    logits = model(tokens, rounds=8)            # looped models: depth is a call argument
+    state  = model.init_state(batch)            # empty incremental state (per-round caches inside)
+    logits = model.decode(prompt, state)        # prefill: consumes (batch, n) tokens, advances state
+    logits = model.decode(next_token, state)    # then one (or a chunk of) token(s) at a time
+    model.parameter_counts()                    # {"component": count, ..., "total": count}
+
+Incremental decoding must equal the full forward pass (tests/drivers check it for every registered arch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class LMConfig:
+    """Fields shared by every byte-level LM config; subclasses add their own and call super().validate()."""
+
+    arch: str = ""
+    vocab_size: int = 257
+    context_length: int = 512
+
+    def validate(self) -> None:
+        if self.vocab_size < 2:
+            raise ValueError(f"model.vocab_size must be >= 2, got {self.vocab_size}")
+        if self.context_length < 1:
+            raise ValueError(f"model.context_length must be >= 1, got {self.context_length}")
+
+
+@dataclass
+class DecodeState:
+    """Base incremental state: how many positions were consumed, and the depth it was built for."""
+
+    batch: int
+    position: int = 0
+    rounds: int | None = None
+
+
+class CausalLM(nn.Module):
+    """Base class: input checks and parameter accounting shared by every LM."""
+
+    arch_name: str = ""
+    config: Any
+
+    # --- protocol (subclasses implement) ---------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def init_state(self, batch: int, *, rounds: int | None = None) -> DecodeState:
+        raise NotImplementedError
+
+    def decode(self, tokens: torch.Tensor, state: DecodeState) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def default_rounds(self) -> int | None:
+        """Depth used when `rounds` is not given; None for models with a fixed depth."""
+        return None
+
+    # --- shared helpers --------------------------------------------------------------------------
+    def check_tokens(self, tokens: torch.Tensor, start: int = 0) -> None:
+        """One-line errors for token ids out of range and sequences longer than the context."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, length), got shape {tuple(tokens.shape)}")
+        if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise ValueError(f"tokens must be integer ids, got {tokens.dtype}")
+        end = start + tokens.shape[1]
+        if end > self.config.context_length:
+            raise ValueError(f"sequence too long: {end} positions > context_length {self.config.context_length}")
+        if tokens.numel():
+            low, high = int(tokens.min()), int(tokens.max())
+            if low < 0 or high >= self.config.vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(f"token id {bad} out of range [0, {self.config.vocab_size})")
+
+    def resolve_rounds(self, rounds: int | None) -> int | None:
+        if rounds is None:
+            return self.default_rounds
+        if self.default_rounds is None:
+            raise ValueError(f"{self.arch_name} has a fixed depth; `rounds` is not supported")
+        if rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {rounds}")
+        return int(rounds)
+
+    def parameter_components(self) -> dict[str, list[str]]:
+        """Component -> parameter-name prefixes; default: one component per top-level child/parameter."""
+        return {name: [name] for name, _ in self.named_children()} | {
+            name: [name] for name, _ in self.named_parameters(recurse=False)}
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Trainable parameters by component plus 'total'; every parameter lands in exactly one component."""
+        counts, claimed = {}, set()
+        for component, prefixes in self.parameter_components().items():
+            total = 0
+            for name, p in self.named_parameters():
+                if any(name == pre or name.startswith(pre + ".") for pre in prefixes):
+                    if name in claimed:
+                        raise RuntimeError(f"parameter {name} counted in two components")
+                    claimed.add(name)
+                    total += p.numel()
+            counts[component] = total
+        missing = [n for n, _ in self.named_parameters() if n not in claimed]
+        if missing:
+            raise RuntimeError(f"parameters in no component: {missing[:3]}")
+        counts["total"] = sum(p.numel() for p in self.parameters())
+        return counts

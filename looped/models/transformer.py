@@ -1,0 +1,80 @@
+"""Plain decoder-only Transformer (seed 000 Appendix A, eqs. 10-13): the reference for every LM code path.
+
+e_i = E(x_i) + p_i  ->  `layers` untied pre-norm blocks (causal attention, GELU FFN with biases)
+-> final LayerNorm -> untied, bias-free 257-way head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..nn import KVCache, LayerNorm, PreNormBlock
+from .base import CausalLM, DecodeState, LMConfig
+from .registry import register
+
+
+@dataclass
+class TransformerConfig(LMConfig):
+    arch: str = "transformer"
+    dim: int = 128
+    heads: int = 4
+    layers: int = 4
+    ffn_dim: int = 512
+    norm_eps: float = 1e-5
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("dim", "heads", "layers", "ffn_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ValueError(f"model.dim: width {self.dim} is not divisible by heads {self.heads}")
+
+
+@dataclass
+class TransformerState(DecodeState):
+    caches: list[KVCache] = field(default_factory=list)  # one per block
+
+
+@register("transformer", TransformerConfig,
+          test_overrides=dict(dim=32, heads=4, layers=2, ffn_dim=48, context_length=40))
+class Transformer(CausalLM):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.dim)
+        self.positions = nn.Embedding(config.context_length, config.dim)  # learned p_i
+        self.blocks = nn.ModuleList(
+            PreNormBlock(config.dim, config.heads, config.ffn_dim, norm_eps=config.norm_eps)
+            for _ in range(config.layers))
+        self.final_norm = LayerNorm(config.dim, config.norm_eps)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
+
+    def embed_tokens(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """e_i = E(x_i) + p_i for positions start .. start+length-1."""
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        return self.embed(tokens) + self.positions(positions)
+
+    def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
+        self.resolve_rounds(rounds)
+        self.check_tokens(tokens)
+        x = self.embed_tokens(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x))
+
+    def init_state(self, batch: int, *, rounds: int | None = None) -> TransformerState:
+        self.resolve_rounds(rounds)
+        caches = [block.attn.new_cache(batch, self.config.context_length) for block in self.blocks]
+        return TransformerState(batch=batch, caches=caches)
+
+    def decode(self, tokens: torch.Tensor, state: TransformerState) -> torch.Tensor:
+        self.check_tokens(tokens, start=state.position)
+        x = self.embed_tokens(tokens, state.position)
+        for block, cache in zip(self.blocks, state.caches):
+            x = block(x, cache=cache)
+        state.position += tokens.shape[1]
+        return self.head(self.final_norm(x))

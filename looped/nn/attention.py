@@ -1,0 +1,141 @@
+"""Multi-head attention through F.scaled_dot_product_attention, with RoPE, QK-RMSNorm and a KV cache.
+
+One module covers the masks the three papers need:
+  causal            token i sees j <= i                       (byte LMs, RLT encoder)
+  sliding window W  token i sees i-W < j <= i (W includes i)   (RLT decoder)
+  bidirectional     every token sees every token              (DRT sequence tasks, padding via `mask`)
+  arbitrary mask    a boolean (batch, 1|heads, q, k) tensor   (DRT graph adjacency)
+Shapes: x (batch, length, dim); heads work on (batch, heads, length, head_dim).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .memory import empty
+from .norm import RMSNorm
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (half-split convention) applied at absolute positions."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x (batch, heads, length, head_dim); positions (length,) int64
+        angles = positions.to(self.inv_freq.dtype)[:, None] * self.inv_freq  # (length, head_dim/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class KVCache:
+    """Keys and values of the positions one attention layer has already seen.
+
+    `length` counts every position appended so far (the absolute position of the next token).
+    A full cache preallocates `capacity` slots and writes in place; a sliding-window cache keeps only
+    the last window-1 positions, which is everything a window-W query can still see.
+    """
+
+    def __init__(self, batch: int, heads: int, head_dim: int, capacity: int, *, window: int | None = None,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.capacity, self.window, self.length = capacity, window, 0
+        kept = capacity if window is None else window - 1
+        self.keys = empty(batch, heads, kept, head_dim, dtype=dtype, device=device)
+        self.values = empty(batch, heads, kept, head_dim, dtype=dtype, device=device)
+        self.kept = 0  # valid entries at the front of keys/values (window mode: the last `kept` positions)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Add (batch, heads, n, head_dim) new entries; return all visible keys, values, first key position."""
+        n = k.shape[2]
+        if self.window is None:
+            end = self.length + n
+            if end > self.capacity:
+                raise ValueError(f"sequence too long: position {end} exceeds the cache capacity {self.capacity}")
+            self.keys[:, :, self.length:end] = k
+            self.values[:, :, self.length:end] = v
+            self.length = end
+            return self.keys[:, :, :end], self.values[:, :, :end], 0
+        keys = torch.cat((self.keys[:, :, :self.kept], k), dim=2)
+        values = torch.cat((self.values[:, :, :self.kept], v), dim=2)
+        first = self.length - self.kept
+        self.length += n
+        self.kept = min(self.window - 1, keys.shape[2])
+        if self.kept:
+            self.keys[:, :, :self.kept] = keys[:, :, keys.shape[2] - self.kept:]
+            self.values[:, :, :self.kept] = values[:, :, values.shape[2] - self.kept:]
+        return keys, values, first
+
+
+def position_mask(q_start: int, q_len: int, k_start: int, k_len: int, *, causal: bool, window: int | None,
+                  device: torch.device) -> torch.Tensor | None:
+    """Boolean (q_len, k_len) mask, True = may attend, from absolute positions; None when all is visible."""
+    if not causal and window is None:
+        return None
+    q = torch.arange(q_start, q_start + q_len, device=device)[:, None]
+    k = torch.arange(k_start, k_start + k_len, device=device)[None, :]
+    allowed = k <= q if causal else torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if window is not None:
+        allowed = allowed & (k > q - window)
+    return allowed
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention with a fused QKV projection (seed 000 eqs. 10-11 when bias=True, no RoPE)."""
+
+    def __init__(self, dim: int, heads: int, *, bias: bool = True, rope: bool = False, rope_base: float = 10000.0,
+                 qk_norm: bool = False, norm_eps: float = 1e-6):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"width {dim} is not divisible by heads {heads}")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
+        self.out = nn.Linear(dim, dim, bias=bias)
+        self.rotary = RotaryEmbedding(self.head_dim, rope_base) if rope else None
+        self.q_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, norm_eps) if qk_norm else None
+
+    def new_cache(self, batch: int, capacity: int, *, window: int | None = None, dtype=None, device=None) -> KVCache:
+        dtype = dtype or self.qkv.weight.dtype
+        device = device or self.qkv.weight.device
+        return KVCache(batch, self.heads, self.head_dim, capacity, window=window, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor, *, causal: bool = True, window: int | None = None,
+                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        batch, length, _ = x.shape
+        # (batch, length, 3, heads, head_dim) -> three (batch, heads, length, head_dim)
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        start = cache.length if cache is not None else 0
+        if self.rotary is not None:
+            positions = torch.arange(start, start + length, device=x.device)
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        k_start = 0
+        if cache is not None:
+            k, v, k_start = cache.append(k, v)
+        y = self._attend(q, k, v, start, k_start, causal=causal, window=window, mask=mask)
+        return self.out(y.transpose(1, 2).reshape(batch, length, self.dim))
+
+    @staticmethod
+    def _attend(q, k, v, q_start: int, k_start: int, *, causal: bool, window: int | None,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        q_len, k_len = q.shape[2], k.shape[2]
+        aligned = q_start == k_start and q_len == k_len  # no cached past: the plain square case
+        if mask is None and window is None and causal and aligned:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask is None and window is None and causal and q_len == 1:
+            return F.scaled_dot_product_attention(q, k, v)  # one new token sees its whole past
+        allowed = position_mask(q_start, q_len, k_start, k_len, causal=causal, window=window, device=q.device)
+        if mask is not None:
+            allowed = mask if allowed is None else mask & allowed
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)

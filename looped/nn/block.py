@@ -1,0 +1,34 @@
+"""The pre-norm Transformer block shared by every family."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import KVCache, MultiHeadAttention
+from .mlp import make_mlp
+from .norm import LayerScale, make_norm
+
+
+class PreNormBlock(nn.Module):
+    """y = t + Attn(N1(t)); T(t) = y + FFN(N2(y)) (seed 000 eqs. 11-12 with the defaults).
+
+    Options used by the other families: RMSNorm, SwiGLU, no biases, RoPE, QK-norm, LayerScale on both
+    residual branches (seed 002).
+    """
+
+    def __init__(self, dim: int, heads: int, ffn_dim: int, *, norm: str = "layernorm", norm_eps: float = 1e-5,
+                 mlp: str = "gelu", bias: bool = True, rope: bool = False, qk_norm: bool = False,
+                 layer_scale: float | None = None):
+        super().__init__()
+        self.norm1 = make_norm(norm, dim, norm_eps)
+        self.attn = MultiHeadAttention(dim, heads, bias=bias, rope=rope, qk_norm=qk_norm)
+        self.norm2 = make_norm(norm, dim, norm_eps)
+        self.mlp = make_mlp(mlp, dim, ffn_dim, bias=bias)
+        self.scale1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
+        self.scale2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
+
+    def forward(self, x: torch.Tensor, *, causal: bool = True, window: int | None = None,
+                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.scale1(self.attn(self.norm1(x), causal=causal, window=window, mask=mask, cache=cache))
+        return x + self.scale2(self.mlp(self.norm2(x)))
