@@ -1,0 +1,257 @@
+"""`looped` command line: train, eval, generate, params, data, quickstart, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+QUICKSTART = {
+    "model": {"arch": "transformer", "dim": 128, "heads": 4, "layers": 4, "ffn_dim": 512, "context_length": 512},
+    "data": {"corpus": "kjv"},
+    "optim": {"lr": 2e-3, "weight_decay": 0.1, "schedule": "cosine", "warmup_steps": 50, "min_lr": 2e-4},
+    "train": {"seed": 11, "batch_size": 8, "max_steps": 600, "eval_every": 200, "eval_batches": 0,
+              "select": "best", "log_every": 10},
+}
+
+
+def _fail(message: str) -> int:
+    print(f"looped: error: {message}", file=sys.stderr)
+    return 2
+
+
+def resolve_checkpoint(path: str, which: str | None = None) -> Path:
+    """A checkpoint folder, or a run folder (checkpoints/<which>, default: the run's train.select)."""
+    from .train import checkpoint as ckpt
+
+    folder = Path(path)
+    if ckpt.is_checkpoint(folder):
+        return folder
+    if (folder / "checkpoints").is_dir():
+        if which is None:
+            last = folder / "checkpoints" / "last"
+            which = ckpt.read_config(last).train.select if ckpt.is_checkpoint(last) else "last"
+        return folder / "checkpoints" / which
+    if not folder.exists():
+        raise ValueError(f"{folder}: no such run or checkpoint folder")
+    raise ValueError(f"{folder}: not a checkpoint folder (no config.json/model.safetensors, no checkpoints/)")
+
+
+# --- commands -------------------------------------------------------------------------------------------
+def cmd_train(args) -> int:
+    from .train import Trainer, load_run_config
+
+    config = load_run_config(args.config, args.set)
+    out = Path(args.out or Path("runs") / Path(args.config).stem)
+    summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps({"run": str(out), **summary}, indent=2))
+    return 0
+
+
+def _eval_config(args):
+    from .config import from_dict, merge, parse_overrides, to_dict
+    from .train import RunConfig, load_model
+
+    model, config = load_model(resolve_checkpoint(args.run, args.which))
+    if args.set:  # e.g. --set data.path=other.txt to score another held-out stream
+        config = from_dict(RunConfig, merge(to_dict(config), parse_overrides(args.set)))
+    return model, config
+
+
+def cmd_eval(args) -> int:
+    from .data import load_streams, to_blocks
+    from .eval import evaluate_lm
+
+    model, config = _eval_config(args)
+    streams = load_streams(config.data)
+    blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{streams.name} held-out")
+    start = time.perf_counter()
+    result = evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
+                         rounds=args.rounds, unit=streams.unit, progress=not args.no_progress)
+    result.update(checkpoint=str(resolve_checkpoint(args.run, args.which)), corpus=streams.name,
+                  seconds=round(time.perf_counter() - start, 2))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        from .train.checkpoint import atomic_write_text
+
+        atomic_write_text(Path(args.out), text + "\n")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from .infer import decode_text, encode_text, generate
+    from .train import load_model
+
+    model, _ = load_model(resolve_checkpoint(args.run, args.which))
+    prompt = encode_text(args.prompt)
+    room = model.config.context_length - prompt.shape[1]
+    ids = generate(model, prompt, args.max_new_tokens if args.max_new_tokens is not None else room,
+                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                   rounds=args.rounds)
+    print(decode_text(ids[0].tolist()))
+    return 0
+
+
+def cmd_params(args) -> int:
+    from .models import build_model, get_arch
+    from .train import load_run_config
+
+    if args.target.endswith((".yaml", ".yml")) or Path(args.target).is_file():
+        model_config = load_run_config(args.target, args.set).model
+    else:  # an architecture name with its defaults (+ --set model.x=...)
+        from .config import parse_overrides
+
+        model_config = get_arch(args.target).config(**parse_overrides(args.set).get("model", {}))
+    counts = build_model(model_config).parameter_counts()
+    print(json.dumps({"arch": model_config.arch, **counts}, indent=2))
+    return 0
+
+
+def cmd_data_download(args) -> int:
+    from .data.download import config_for, download
+
+    paths = download(args.name, Path(args.dir))
+    print(json.dumps({"files": [str(p) for p in paths], "data": config_for(args.name, Path(args.dir))}, indent=2))
+    return 0
+
+
+def cmd_data_info(args) -> int:
+    from .data import load_streams, to_blocks
+    from .train import load_run_config
+
+    config = load_run_config(args.config, args.set)
+    streams = load_streams(config.data)
+    info = {"corpus": streams.name, "unit": streams.unit, "describe": streams.describe(),
+            "train_symbols": int(len(streams.train)), "heldout_symbols": int(len(streams.heldout)),
+            "train_blocks": len(to_blocks(streams.train, config.data.block_size, name="train")),
+            "heldout_blocks": len(to_blocks(streams.heldout, config.data.block_size, name="held-out"))}
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def cmd_quickstart(args) -> int:
+    """Train the default model on the embedded KJV corpus, score the held-out books, print a sample."""
+    from .config import from_dict, merge, parse_overrides
+    from .data import load_streams, to_blocks
+    from .eval import evaluate_lm
+    from .infer import decode_text, encode_text, generate
+    from .train import RunConfig, Trainer, load_model
+    from .train import checkpoint as ckpt
+
+    config = from_dict(RunConfig, merge(QUICKSTART, parse_overrides(args.set)))
+    out = Path(args.out)
+    last = out / "checkpoints" / "last"
+    start = time.perf_counter()
+    done = ckpt.is_checkpoint(last) and json.loads((last / "trainer.json").read_text())["step"] >= \
+        json.loads((last / "trainer.json").read_text())["total_steps"]
+    if not done:
+        Trainer(config, out, resume=ckpt.is_checkpoint(last), progress=not args.no_progress).run()
+    model, config = load_model(resolve_checkpoint(str(out)))
+    streams = load_streams(config.data)
+    result = evaluate_lm(model, to_blocks(streams.heldout, config.data.block_size, name="kjv held-out"),
+                         batch_size=16, unit=streams.unit)
+    sample = generate(model, encode_text(args.prompt), args.sample_bytes, temperature=0.8, top_k=0, top_p=0.95,
+                      seed=0)
+    elapsed = time.perf_counter() - start
+    print(f"\nheld-out ({result['targets']:,} bytes of the KJV held-out books): "
+          f"{result['bits_per_byte']:.4f} bits/byte (NLL {result['nll']:.4f} nats, PPL {result['ppl']:.3f}); "
+          f"{elapsed / 60:.1f} min")
+    print(f"sample (prompt {args.prompt!r}, T=0.8, top-p 0.95, seed 0):\n{decode_text(sample[0].tolist())}")
+    ckpt.atomic_write_text(out / "quickstart.json", json.dumps({**result, "minutes": elapsed / 60}, indent=2))
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------------------------------
+def _add_set(p):
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="looped", description="Looped and recurrent Transformers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train from a YAML config (works under torchrun too)")
+    p.add_argument("config")
+    _add_set(p)
+    p.add_argument("--out", help="run folder (default runs/<config name>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last")
+    p.add_argument("--stop-after", type=int, help="stop after this many updates in total (as if killed)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    for name, func, help_ in (("eval", cmd_eval, "held-out NLL / PPL / bits per byte (seed 000 eq. 9), as JSON"),
+                              ("generate", cmd_generate, "sample text from a checkpoint")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("run", help="run folder or checkpoint folder")
+        p.add_argument("--which", choices=["last", "best"], help="checkpoint of a run folder (default: train.select)")
+        p.add_argument("--rounds", type=int, help="test-time rounds for looped models")
+        p.set_defaults(func=func)
+        if name == "eval":
+            _add_set(p)
+            p.add_argument("--eval-batches", type=int, default=0, help="0 = the whole held-out stream")
+            p.add_argument("--batch-size", type=int, default=16)
+            p.add_argument("--out", help="also write the JSON here")
+            p.add_argument("--no-progress", action="store_true")
+        else:
+            p.add_argument("--prompt", default="\n")
+            p.add_argument("--max-new-tokens", type=int, help="default: fill the context")
+            p.add_argument("--temperature", type=float, default=1.0)
+            p.add_argument("--top-k", type=int, default=0)
+            p.add_argument("--top-p", type=float, default=1.0)
+            p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("params", help="parameter counts by component, as JSON")
+    p.add_argument("target", help="a YAML config or an architecture name")
+    _add_set(p)
+    p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser("data", help="download or inspect corpora")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    d = data_sub.add_parser("download", help="fetch official files with checksums")
+    d.add_argument("name", choices=["enwik8", "wikitext103", "tinystories"])
+    d.add_argument("--dir", default="data")
+    d.set_defaults(func=cmd_data_download)
+    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus")
+    d.add_argument("config")
+    _add_set(d)
+    d.set_defaults(func=cmd_data_info)
+
+    p = sub.add_parser("quickstart", help="train, evaluate and sample the default model on the embedded corpus")
+    p.add_argument("--out", default="runs/quickstart")
+    p.add_argument("--prompt", default="And God said")
+    p.add_argument("--sample-bytes", type=int, default=300)
+    p.add_argument("--no-progress", action="store_true")
+    _add_set(p)
+    p.set_defaults(func=cmd_quickstart)
+
+    try:
+        from .bench import register_cli
+    except ImportError:
+        register_cli = None
+    if register_cli is not None:
+        register_cli(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .config import ConfigError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except (ConfigError, ValueError, RuntimeError, OSError) as err:
+        if os.environ.get("LOOPED_DEBUG"):
+            raise
+        return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Downloading the official corpus files, verified, without ever leaving a partial file.
+
+Each file is streamed to ``<name>.part`` while its SHA-256 is computed, checked against
+the known size and checksum, and only then renamed to its final name (an atomic rename
+on the same filesystem). Files already present and matching are skipped.
+
+Where the checksums come from (none is invented; a file without a published checksum
+gets ``sha256=None`` and the digest of its first download is recorded in
+``CHECKSUMS.json`` next to the files):
+
+* ``enwik8.zip``: size 36,445,475 bytes from Matt Mahoney's page
+  http://mattmahoney.net/dc/textdata.html (which also gives the unzipped ``enwik8``:
+  100,000,000 bytes, MD5 a1fa5ffddb56f4953e226637dabbb36a). The page gives no digest of
+  the zip itself; its SHA-256 below is the value pinned independently by many public
+  projects that download this URL.
+* WikiText-103 raw-v1 Parquet shards: sizes and SHA-256 are the Git-LFS object ids of
+  the files in Hugging Face ``Salesforce/wikitext`` at commit b08601e0 ("Convert dataset
+  to Parquet (#8)", the last commit touching ``wikitext-103-raw-v1/`` on main).
+* TinyStoriesV2-GPT4 text files: the train SHA-256 is shown as the Git-LFS object id on
+  the Hugging Face ``roneneldan/TinyStories`` file page; sizes and the valid SHA-256 are
+  the values recorded by public projects that verified their downloads.
+"""
+
+import hashlib
+import http.client
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from .corpora import DataError
+
+CHUNK_BYTES = 1 << 20
+TIMEOUT_S = 60
+CHECKSUMS_FILE = "CHECKSUMS.json"
+TINYSTORIES_MAX_TRAIN_BYTES = 250_000_000  # the paper's training cap
+
+_WIKITEXT_URL = "https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-103-raw-v1/"
+_TINYSTORIES_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One official file: where to get it and how to recognise the right bytes."""
+
+    filename: str
+    url: str
+    size: int | None
+    sha256: str | None
+
+
+DATASETS: dict[str, tuple[RemoteFile, ...]] = {
+    "enwik8": (
+        RemoteFile(
+            "enwik8.zip",
+            "http://mattmahoney.net/dc/enwik8.zip",
+            36_445_475,
+            "547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc",
+        ),
+    ),
+    "wikitext103": (
+        RemoteFile(
+            "train-00000-of-00002.parquet",
+            _WIKITEXT_URL + "train-00000-of-00002.parquet",
+            156_987_808,
+            "74da360f23826045b3e6ac6375411fdb15f003030aa74f2596ed08b857cb9212",
+        ),
+        RemoteFile(
+            "train-00001-of-00002.parquet",
+            _WIKITEXT_URL + "train-00001-of-00002.parquet",
+            157_088_770,
+            "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
+        ),
+        RemoteFile(
+            "validation-00000-of-00001.parquet",
+            _WIKITEXT_URL + "validation-00000-of-00001.parquet",
+            657_209,
+            "204929b7ff9d6184953f867dedb860e40aa69c078fc1e54b3baaa8fb28511c4c",
+        ),
+        RemoteFile(
+            "test-00000-of-00001.parquet",
+            _WIKITEXT_URL + "test-00000-of-00001.parquet",
+            732_610,
+            "5f1bea067869d04849c0f975a2b29c4ff47d867f484f5010ea5e861eab246d91",
+        ),
+    ),
+    "tinystories": (
+        RemoteFile(
+            "TinyStoriesV2-GPT4-train.txt",
+            _TINYSTORIES_URL + "TinyStoriesV2-GPT4-train.txt",
+            2_227_753_162,
+            "6418d412de72888f52b5142c761ac21a582f7d1166f0bfbdb5f03ccfdec90443",
+        ),
+        RemoteFile(
+            "TinyStoriesV2-GPT4-valid.txt",
+            _TINYSTORIES_URL + "TinyStoriesV2-GPT4-valid.txt",
+            22_502_601,
+            "6874bae9a4c1a4e7edcf0e53b86c17817e9cf881fc75ff2368da457b80c0585d",
+        ),
+    ),
+}
+
+Opener = Callable[..., Any]  # called as opener(url, timeout=...), returns a readable context manager
+Log = Callable[[str], None]
+
+
+def _log_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _files_of(name: str) -> tuple[RemoteFile, ...]:
+    if name not in DATASETS:
+        raise DataError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+    return DATASETS[name]
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_recorded(dest_dir: Path) -> dict[str, str]:
+    """Checksums recorded by earlier downloads of files with no published checksum."""
+    path = dest_dir / CHECKSUMS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise DataError(f"{path}: not a valid JSON checksum record; delete it to start over") from None
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def _record_checksum(dest_dir: Path, filename: str, digest: str, log: Log) -> None:
+    recorded = _read_recorded(dest_dir)
+    recorded[filename] = digest
+    path = dest_dir / CHECKSUMS_FILE
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    log(f"{filename}: no published checksum; recorded sha256 {digest} in {path}")
+
+
+def _mismatch(path: Path, remote: RemoteFile, expected_sha: str | None) -> str | None:
+    """Why the file at `path` is not `remote` (None if it matches)."""
+    size = path.stat().st_size
+    if remote.size is not None and size != remote.size:
+        return f"size {size:,} bytes, expected {remote.size:,}"
+    if expected_sha is not None:
+        actual = sha256_of(path)
+        if actual != expected_sha:
+            return f"sha256 {actual}, expected {expected_sha}"
+    return None
+
+
+def _fetch(remote: RemoteFile, part: Path, dest_dir: Path, opener: Opener) -> None:
+    """Stream `remote` into `part`; network problems become a one-line DataError."""
+    try:
+        with opener(remote.url, timeout=TIMEOUT_S) as response, part.open("wb") as out:
+            headers = getattr(response, "headers", None)
+            length = headers.get("Content-Length") if headers is not None else None
+            total = int(length) if length and str(length).isdigit() else remote.size
+            # disable=None: no bar when stderr is not a terminal (logs, CI).
+            with tqdm(total=total, unit="B", unit_scale=True, desc=remote.filename, disable=None) as bar:
+                while chunk := response.read(CHUNK_BYTES):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+    except urllib.error.HTTPError as err:
+        raise _network_error(remote.url, f"HTTP {err.code} {err.reason}", dest_dir) from None
+    except urllib.error.URLError as err:
+        raise _network_error(remote.url, str(err.reason), dest_dir) from None
+    except (OSError, http.client.HTTPException) as err:
+        raise _network_error(remote.url, str(err) or type(err).__name__, dest_dir) from None
+
+
+def _network_error(url: str, reason: str, dest_dir: Path) -> DataError:
+    return DataError(
+        f"could not download {url}: {reason} (no internet access? fetch the file by hand into {dest_dir})"
+    )
+
+
+def _download_one(remote: RemoteFile, dest_dir: Path, opener: Opener, log: Log) -> Path:
+    final = dest_dir / remote.filename
+    expected_sha = remote.sha256 or _read_recorded(dest_dir).get(remote.filename)
+    if final.is_file():
+        problem = _mismatch(final, remote, expected_sha)
+        if problem is None:
+            log(f"{final}: already present and verified")
+            return final
+        log(f"{final}: present but wrong ({problem}); downloading again")
+    part = final.with_name(final.name + ".part")
+    try:
+        _fetch(remote, part, dest_dir, opener)
+        problem = _mismatch(part, remote, remote.sha256)
+        if problem is not None:
+            raise DataError(f"download of {remote.url} is corrupt: {problem} (deleted; try again)")
+    except BaseException:
+        # Also on Ctrl-C: a half-written .part is useless (there is no resume).
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, final)  # atomic: the final name only ever holds a complete, checked file
+    if remote.sha256 is None:
+        _record_checksum(dest_dir, remote.filename, sha256_of(final), log)
+    log(f"{final}: downloaded")
+    return final
+
+
+def download(
+    name: str, dest_dir: str | Path, *, opener: Opener = urllib.request.urlopen, log: Log = _log_to_stderr
+) -> list[Path]:
+    """Fetch every official file of dataset `name` (a DATASETS key) into `dest_dir`.
+
+    `opener(url, timeout=...)` must return a context manager with ``read(n)`` (and
+    optionally ``headers``), like ``urllib.request.urlopen``; tests pass fakes.
+    Returns the final paths, in DATASETS order.
+    """
+    remotes = _files_of(name)
+    dest = Path(dest_dir).expanduser()
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"{dest}: cannot create the download directory ({err.strerror or err})") from None
+    return [_download_one(remote, dest, opener, log) for remote in remotes]
+
+
+def config_for(name: str, dest_dir: str | Path) -> dict[str, Any]:
+    """The contents of the ``data:`` section that trains on the files `download` fetched."""
+    _files_of(name)  # unknown names fail the same way as in download()
+    dest = Path(dest_dir).expanduser()
+    if name == "enwik8":
+        return {"corpus": "enwik8", "path": str(dest / "enwik8.zip")}
+    if name == "wikitext103":
+        return {
+            "corpus": "wikitext103",
+            "train_paths": [str(dest / "train-00000-of-00002.parquet"), str(dest / "train-00001-of-00002.parquet")],
+            "heldout_paths": [str(dest / "validation-00000-of-00001.parquet")],
+        }
+    if name == "tinystories":
+        return {
+            "corpus": "tinystories",
+            "train_paths": [str(dest / "TinyStoriesV2-GPT4-train.txt")],
+            "heldout_paths": [str(dest / "TinyStoriesV2-GPT4-valid.txt")],
+            "max_train_bytes": TINYSTORIES_MAX_TRAIN_BYTES,
+        }
+    raise DataError(f"no training config known for dataset {name!r}")

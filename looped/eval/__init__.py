@@ -1,0 +1,5 @@
+"""Evaluation."""
+
+from .lm import evaluate_lm
+
+__all__ = ["evaluate_lm"]

@@ -1,0 +1,46 @@
+"""Held-out evaluation of byte LMs exactly as seed 000 eq. 9.
+
+NLL = (sum of -log P(y_n | prefix) over every scored target of every complete block) / K,
+including the last short batch; PPL = exp(NLL); bits per byte (raw corpora) or per symbol (WikiText)
+= NLL / ln 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..data import heldout_batches
+
+
+@torch.no_grad()
+def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batches: int = 0,
+                rounds: int | None = None, unit: str = "byte", device: torch.device | str = "cpu",
+                autocast_dtype: torch.dtype | None = None, progress: bool = False) -> dict:
+    """Score `blocks` (num_blocks, block_size); max_batches 0 = all of them."""
+    was_training = model.training
+    model.eval()
+    total_nll, total_targets, used_blocks = 0.0, 0, 0
+    n_batches = math.ceil(len(blocks) / batch_size)
+    if max_batches:
+        n_batches = min(n_batches, max_batches)
+    device = torch.device(device)
+    for batch in tqdm(heldout_batches(blocks, batch_size, max_batches), total=n_batches, disable=not progress,
+                      desc="eval", leave=False):
+        batch = batch.to(device, dtype=torch.long, non_blocking=True)
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+            logits = model(inputs, rounds=rounds)
+        nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
+        total_nll += nll.item()
+        total_targets += targets.numel()
+        used_blocks += len(batch)
+    model.train(was_training)
+    if total_targets == 0:
+        raise ValueError("evaluation scored no targets (empty held-out set)")
+    nll = total_nll / total_targets
+    return {"nll": nll, "ppl": math.exp(nll), f"bits_per_{unit}": nll / math.log(2), "targets": total_targets,
+            "blocks": used_blocks, "unit": unit, "rounds": rounds}

@@ -1,0 +1,172 @@
+"""Self-contained checkpoint folders, written atomically, read without unpickling.
+
+    <folder>/config.json               the whole RunConfig (model + data + optim + train)
+    <folder>/model.safetensors         model weights
+    <folder>/trainer.safetensors       optimizer moments, RNG streams, sampler permutation (tensors)
+    <folder>/trainer.json              step, targets, best validation loss, optimizer hyper-parameters ...
+
+A folder is first written under a temporary name and then renamed into place, so a crash mid-write
+leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from ..config import ConfigError, from_dict, to_dict
+
+FILES = ("config.json", "model.safetensors")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing, incomplete, corrupt or does not fit the model/config."""
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
+    """files: name -> str (text) | dict[str, Tensor] (safetensors). Replaces `folder` as a whole."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
+    tmp.chmod(0o755)
+    try:
+        for name, content in files.items():
+            if isinstance(content, str):
+                (tmp / name).write_text(content)
+            else:
+                save_file({k: v.detach().contiguous().cpu() for k, v in content.items()}, str(tmp / name))
+        old = folder.with_name(f".{folder.name}.old")
+        if folder.exists():
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old.exists():
+            shutil.rmtree(old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def is_checkpoint(folder: Path) -> bool:
+    return all((Path(folder) / f).is_file() for f in FILES)
+
+
+def read_config(folder: Path):
+    """RunConfig stored in a checkpoint folder."""
+    from .config import RunConfig
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: no such checkpoint folder")
+    if not is_checkpoint(folder):
+        missing = [f for f in FILES if not (folder / f).is_file()]
+        raise CheckpointError(f"{folder}: not a checkpoint folder (missing {', '.join(missing)})")
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{folder / 'config.json'}: corrupt JSON ({err.msg} at line {err.lineno})") from None
+    try:
+        return from_dict(RunConfig, data)
+    except ConfigError as err:
+        raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: corrupt safetensors file ({str(err).splitlines()[0]})") from None
+
+
+def load_weights(model: torch.nn.Module, folder: Path) -> None:
+    """Load model.safetensors strictly: a missing/unexpected key or a shape mismatch names the key."""
+    weights = read_tensors(Path(folder) / "model.safetensors")
+    own = model.state_dict()
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(own))
+    if missing or unexpected:
+        what = f"missing key {missing[0]}" if missing else f"unexpected key {unexpected[0]}"
+        raise CheckpointError(f"{folder}: weights do not fit {type(model).__name__} ({what})")
+    for key, value in weights.items():
+        if value.shape != own[key].shape:
+            raise CheckpointError(f"{folder}: {key} has shape {tuple(value.shape)}, model expects "
+                                  f"{tuple(own[key].shape)}")
+    model.load_state_dict(weights)
+
+
+def load_model(folder: Path, device: str | torch.device = "cpu"):
+    """(model in eval mode, RunConfig) from a checkpoint folder."""
+    from ..models import build_model
+
+    config = read_config(folder)
+    model = build_model(config.model)
+    load_weights(model, folder)
+    return model.to(device).eval(), config
+
+
+# --- trainer state: optimizer + RNG streams as tensors, scalars as JSON ----------------------------------
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    state = optimizer.state_dict()
+    tensors = {f"optim.{idx}.{key}": value for idx, entry in state["state"].items()
+               for key, value in entry.items()}
+    groups = [{k: v for k, v in g.items()} for g in state["param_groups"]]
+    return tensors, {"param_groups": groups}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            _, idx, key = name.split(".", 2)
+            state.setdefault(int(idx), {})[key] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def rng_tensors() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    tensors["rng.numpy"] = torch.from_numpy(keys.astype(np.int64))
+    py_version, py_state, py_gauss = random.getstate()
+    meta = {"numpy": [kind, int(pos), int(has_gauss), float(gauss)], "python": [py_version, list(py_state), py_gauss]}
+    return tensors, meta
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+    kind, pos, has_gauss, gauss = meta["numpy"]
+    np.random.set_state((kind, tensors["rng.numpy"].numpy().astype(np.uint32), pos, has_gauss, gauss))
+    py_version, py_state, py_gauss = meta["python"]
+    random.setstate((py_version, tuple(py_state), py_gauss))
+
+
+def config_json(config) -> str:
+    return json.dumps(to_dict(config), indent=2)

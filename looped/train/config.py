@@ -1,0 +1,99 @@
+"""The run configuration: model (any registered arch) + data + training, loaded from YAML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config import ConfigError, from_dict, merge, parse_overrides, read_yaml
+from ..data import DataConfig
+from ..models import TransformerConfig, get_arch
+
+
+@dataclass
+class OptimConfig:
+    """AdamW. Weight decay applies to weight matrices of linear layers only (see trainer.param_groups)."""
+
+    lr: float = 1e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    schedule: Literal["constant", "cosine"] = "constant"  # after linear warm-up
+    warmup_steps: int = 0
+    min_lr: float = 0.0  # cosine floor
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0 or self.min_lr < 0:
+            raise ValueError("optim.warmup_steps, grad_clip, weight_decay and min_lr must be >= 0")
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 11
+    batch_size: int = 8  # sequences per optimizer update, summed over processes
+    micro_batch_size: int | None = None  # sequences per forward/backward and process; None = no accumulation
+    max_steps: int | None = None  # budget in optimizer updates ...
+    max_targets: int | None = None  # ... or in scored targets (exactly one of the two)
+    precision: Literal["fp32", "bf16"] = "fp32"
+    eval_every: int = 0  # optimizer updates between held-out evaluations; 0 = only at the end
+    eval_batches: int = 0  # held-out batches per evaluation; 0 = the whole held-out stream
+    eval_batch_size: int = 16
+    checkpoint_every: int = 0  # updates between checkpoints; 0 = at evaluations and at the end
+    select: Literal["last", "best"] = "last"  # which checkpoint `eval`/`generate` use by default
+    log_every: int = 10
+    tensorboard: bool = False
+    threads: int | None = None  # torch intra-op threads; None = torch's default
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def validate(self) -> None:
+        if (self.max_steps is None) == (self.max_targets is None):
+            raise ValueError("train.max_steps / train.max_targets: set exactly one training budget")
+        for name in ("batch_size", "eval_batch_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if (self.max_steps or 1) < 1 or (self.max_targets or 1) < 1:
+            raise ValueError("train.max_steps / train.max_targets must be >= 1")
+        for name in ("eval_every", "eval_batches", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass
+class RunConfig:
+    model: Any = field(default_factory=TransformerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=100))
+
+    @staticmethod
+    def __resolve_field__(name: str, data: dict):
+        """The model section's dataclass depends on model.arch."""
+        if name != "model":
+            return None
+        section = data.get("model")
+        if not isinstance(section, dict) or "arch" not in section:
+            raise ConfigError("model.arch: missing")
+        return get_arch(section["arch"]).config_cls
+
+    def validate(self) -> None:
+        if self.data.block_size - 1 > self.model.context_length:
+            raise ValueError(f"data.block_size {self.data.block_size} needs model.context_length >= "
+                             f"{self.data.block_size - 1}, got {self.model.context_length}")
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                    base: dict | None = None) -> RunConfig:
+    """YAML file (or `base` dict) + `key.sub=value` overrides -> validated RunConfig."""
+    data = dict(base or {})
+    if path is not None:
+        data = merge(data, read_yaml(path))
+    data = merge(data, parse_overrides(overrides or []))
+    return from_dict(RunConfig, data)

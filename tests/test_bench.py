@@ -1,0 +1,96 @@
+"""The benchmarks run end to end at a tiny shape and write well-formed JSON.
+
+Speed is measured by the benchmarks, never asserted here: a shared test machine makes any threshold flaky.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from looped.bench import BENCHES, cli, register_cli, run_decode_bench, run_train_bench
+from looped.bench.common import format_table, measure, percentile, write_json
+
+TINY = dict(dim=16, heads=2, layers=1, ffn_dim=32)
+
+
+def assert_positive_finite(value, name):
+    assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, f"{name} = {value!r}"
+
+
+def assert_timing(stats, name):
+    for key in ("median_s", "p10_s", "p90_s"):
+        assert_positive_finite(stats[key], f"{name}.{key}")
+    assert stats["p10_s"] <= stats["median_s"] <= stats["p90_s"]
+    assert stats["samples"] and all(s > 0 for s in stats["samples"])
+
+
+def test_train_bench_writes_json(tmp_path):
+    out = tmp_path / "nested" / "train.json"
+    run_train_bench(**TINY, seq=16, batch=2, steps=3, warmup=1, out=out)
+    data = json.loads(out.read_text())
+    assert {"bench", "shape", "model", "parameters", "checks", "models", "ratio", "goal", "method",
+            "environment"} <= set(data)
+    assert data["parameters"]["ours"] == data["parameters"]["reference"]
+    assert data["parameters"]["equal"] is True
+    assert data["checks"]["reference_matches_ours"] is True
+    for name in ("ours", "reference"):
+        assert_timing(data["models"][name], name)
+        assert_positive_finite(data["models"][name]["tokens_per_s"], f"{name}.tokens_per_s")
+        assert len(data["models"][name]["samples"]) == 3
+    assert_positive_finite(data["ratio"]["median_of_pairs"], "ratio.median_of_pairs")
+    assert_positive_finite(data["ratio"]["of_medians"], "ratio.of_medians")
+    assert data["goal"]["applies"] is False and data["goal"]["met"] is None  # not the goal's shape
+    assert data["environment"]["torch"]
+
+
+def test_decode_bench_writes_json(tmp_path):
+    out = tmp_path / "decode.json"
+    run_decode_bench(**TINY, context=40, prompt=4, stride=8, repeats=2, checkpoints=(16, 32), out=out)
+    data = json.loads(out.read_text())
+    assert {"bench", "shape", "incremental", "recompute", "at_context", "speedup", "equivalence", "goal",
+            "method", "environment"} <= set(data)
+    assert data["equivalence"]["equivalent"] is True
+    assert data["equivalence"]["max_abs_diff"] <= 1e-4
+    assert_timing(data["incremental"], "incremental")
+    assert_timing(data["recompute"], "recompute")
+    assert len(data["incremental"]["samples"]) == 40 - 4  # one per decoded position
+    assert set(data["at_context"]) == {"16", "32", "40"}  # the context itself is always reported
+    for length, entry in data["at_context"].items():
+        for key in ("incremental_s", "recompute_s", "speedup"):
+            assert_positive_finite(entry[key], f"at_context[{length}].{key}")
+    assert_positive_finite(data["speedup"]["overall"], "speedup.overall")
+    assert data["recompute"]["lengths"] == [8, 16, 24, 32, 40]
+
+
+def test_cli_wiring(tmp_path):
+    parser = argparse.ArgumentParser(prog="looped")
+    register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "decode", "--context", "24", "--out", str(tmp_path / "d.json")])
+    assert args.bench == "decode" and args.context == 24 and callable(args.func)
+    assert set(BENCHES) == {"train", "decode"}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench"])  # a benchmark name is required
+
+
+def test_cli_runs_decode(tmp_path, capsys):
+    out = tmp_path / "d.json"
+    cli(["decode", "--dim", "16", "--heads", "2", "--layers", "1", "--ffn-dim", "32", "--context", "24",
+         "--prompt", "4", "--stride", "8", "--repeats", "1", "--out", str(out)])
+    assert out.exists()
+    assert str(out) in capsys.readouterr().out
+
+
+def test_measure_and_helpers(tmp_path):
+    calls = []
+    stats = measure(lambda: calls.append(1), warmup=2, repeats=5)
+    assert len(calls) == 7 and len(stats["samples"]) == 5
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 10) == pytest.approx(1.4)
+    path = write_json(tmp_path / "a" / "b.json", {"x": 1})
+    assert json.loads(path.read_text()) == {"x": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["b.json"]  # no temporary file left behind
+    table = format_table(["name", "value"], [["a", 1.23456], ["bb", 2]])
+    assert table.splitlines()[0].startswith("name") and "1.235" in table
