@@ -8,12 +8,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `3e-4` (no dot) as a string; researchers write learning rates that way."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def load_yaml_text(text: str):
+    return yaml.load(text, Loader=_Loader)
 
 
 class ConfigError(ValueError):
@@ -122,7 +141,7 @@ def parse_overrides(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r}: expected key.sub=value")
         dotted, raw = pair.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else ""
         node = tree
         *parents, leaf = dotted.strip().split(".")
         for part in parents:
@@ -149,7 +168,7 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml_text(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if data is None:

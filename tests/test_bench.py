@@ -78,8 +78,9 @@ def test_cli_wiring(tmp_path):
 
 def test_cli_runs_decode(tmp_path, capsys):
     out = tmp_path / "d.json"
-    cli(["decode", "--dim", "16", "--heads", "2", "--layers", "1", "--ffn-dim", "32", "--context", "24",
-         "--prompt", "4", "--stride", "8", "--repeats", "1", "--out", str(out)])
+    status = cli(["decode", "--dim", "16", "--heads", "2", "--layers", "1", "--ffn-dim", "32", "--context", "24",
+                  "--prompt", "4", "--stride", "8", "--repeats", "1", "--out", str(out)])
+    assert status == 0  # `looped` passes the return value to sys.exit
     assert out.exists()
     assert str(out) in capsys.readouterr().out
 
@@ -92,5 +93,5 @@ def test_measure_and_helpers(tmp_path):
     path = write_json(tmp_path / "a" / "b.json", {"x": 1})
     assert json.loads(path.read_text()) == {"x": 1}
     assert [p.name for p in path.parent.iterdir()] == ["b.json"]  # no temporary file left behind
-    table = format_table(["name", "value"], [["a", 1.23456], ["bb", 2]])
-    assert table.splitlines()[0].startswith("name") and "1.235" in table
+    table = format_table(["name", "value"], [["a", 1.23456], ["bb", 2], ["c", 15084.2]])
+    assert table.splitlines()[0].startswith("name") and "1.235" in table and "15,084" in table

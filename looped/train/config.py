@@ -85,8 +85,8 @@ class RunConfig:
 
     def validate(self) -> None:
         if self.data.block_size - 1 > self.model.context_length:
-            raise ValueError(f"data.block_size {self.data.block_size} needs model.context_length >= "
-                             f"{self.data.block_size - 1}, got {self.model.context_length}")
+            raise ValueError(f"model.context_length: {self.model.context_length} is shorter than the "
+                             f"{self.data.block_size - 1} inputs of a data.block_size {self.data.block_size} block")
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,

@@ -1,0 +1,47 @@
+"""Every shipped YAML loads into a valid, typed RunConfig; the quickstart YAML is what quickstart runs."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from looped.cli import QUICKSTART
+from looped.config import ConfigError, from_dict, parse_overrides, to_dict
+from looped.models import build_model
+from looped.train import RunConfig, load_run_config
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+
+
+def test_there_are_configs():
+    assert len(CONFIGS) >= 5
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_shipped_config_loads(path):
+    config = load_run_config(path)
+    assert isinstance(config, RunConfig)
+    again = from_dict(RunConfig, yaml.safe_load(yaml.safe_dump(to_dict(config))))
+    assert again == config
+    assert build_model(config.model).parameter_counts()["total"] > 0
+
+
+def test_quickstart_yaml_matches_the_command():
+    path = Path(__file__).resolve().parents[1] / "configs/quickstart.yaml"
+    assert load_run_config(path) == from_dict(RunConfig, QUICKSTART)
+
+
+def test_overrides_parse_yaml_scalars():
+    tree = parse_overrides(["train.lr=3e-4", "model.dim=64", "data.path=a=b.txt", "train.tensorboard=true"])
+    assert tree == {"train": {"lr": 3e-4, "tensorboard": True}, "model": {"dim": 64}, "data": {"path": "a=b.txt"}}
+
+
+def test_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"^optim\.betas: expected a list"):
+        load_run_config(base=QUICKSTART, overrides=["optim.betas=0.9"])
+    with pytest.raises(ConfigError, match=r"^train\.max_steps / train\.max_targets"):
+        load_run_config(base=QUICKSTART, overrides=["train.max_targets=100"])
+    with pytest.raises(ConfigError, match=r"^train\.precision: 'fp16' is not one of"):
+        load_run_config(base=QUICKSTART, overrides=["train.precision=fp16"])
+    with pytest.raises(ConfigError, match=r"^model\.context_length"):
+        load_run_config(base=QUICKSTART, overrides=["model.context_length=100"])
