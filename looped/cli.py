@@ -230,12 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(p)
     p.set_defaults(func=cmd_quickstart)
 
-    try:
-        from .bench import register_cli
-    except ImportError:
-        register_cli = None
-    if register_cli is not None:
-        register_cli(sub)
+    from .bench import register_cli
+
+    register_cli(sub)
     return parser
 
 

@@ -1,0 +1,66 @@
+"""Benchmarks: training throughput against a reference GPT, and incremental decoding against recompute.
+
+    looped bench train  [--arch A] [--dim D] [--seq S] [--batch B] [--steps N] [--threads T] [--out PATH]
+    looped bench decode [--arch A] [--context C] [--out PATH]
+
+Each benchmark writes a JSON record (default results/bench/<name>.json) and prints a short summary.
+The CLI wires these in with `register_cli(subparsers)` and calls `args.func(args)`; `cli(argv)` runs the
+same commands standalone (`python -c "import looped.bench as b; b.cli(['train'])"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import decode, train
+from .decode import run_decode_bench
+from .train import run_train_bench
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark as the CLI sees it: help text, its options, and its runner."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    main: Callable[[argparse.Namespace], int]  # prints a summary, writes JSON, returns an exit status
+
+
+BENCHES: dict[str, Bench] = {
+    "train": Bench("training tokens/s of a model vs a minimal reference GPT", train.add_arguments, train.main),
+    "decode": Bench("per-token decoding time: incremental state vs recomputing the prefix",
+                    decode.add_arguments, decode.main),
+}
+
+
+def add_arguments(subparsers) -> None:
+    """Add one sub-command per benchmark to `subparsers`, each with `func` set to its runner."""
+    for name, bench in BENCHES.items():
+        parser = subparsers.add_parser(name, help=bench.help, description=bench.help)
+        bench.add_arguments(parser)
+        parser.set_defaults(func=bench.main)
+
+
+def register_cli(subparsers) -> argparse.ArgumentParser:
+    """Add `bench` with its own sub-commands to a CLI's subparsers; the CLI then calls `args.func(args)`."""
+    parser = subparsers.add_parser("bench", help="run a benchmark and write its JSON result",
+                                   description=__doc__.splitlines()[0])
+    add_arguments(parser.add_subparsers(dest="bench", required=True, metavar="{" + ",".join(BENCHES) + "}"))
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark named by `args.bench` with the parsed options."""
+    return BENCHES[args.bench].main(args)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Standalone entry: `cli(["train", "--steps", "10"])` parses like `looped bench train --steps 10`."""
+    parser = argparse.ArgumentParser(prog="looped bench", description=__doc__.splitlines()[0])
+    add_arguments(parser.add_subparsers(dest="bench", required=True))
+    return main(parser.parse_args(argv))
+
+
+__all__ = ["BENCHES", "Bench", "add_arguments", "cli", "main", "register_cli", "run_decode_bench", "run_train_bench"]
