@@ -45,7 +45,7 @@ def cmd_train(args) -> int:
     from .train import Trainer, load_run_config
 
     config = load_run_config(args.config, args.set)
-    out = Path(args.out or Path("runs") / Path(args.config).stem)
+    out = Path(args.out or Path("runs") / "_".join(Path(c).stem for c in args.config))
     summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
     if os.environ.get("RANK", "0") == "0":
         print(json.dumps({"run": str(out), **summary}, indent=2))
@@ -98,7 +98,12 @@ def cmd_generate(args) -> int:
 
 
 def cmd_params(args) -> int:
+    import dataclasses
+
+    import torch
+
     from .models import build_model, get_arch
+    from .models.budget import solve_ffn
     from .train import load_run_config
 
     if args.target.endswith((".yaml", ".yml")) or Path(args.target).is_file():
@@ -107,7 +112,14 @@ def cmd_params(args) -> int:
         from .config import parse_overrides
 
         model_config = get_arch(args.target).config(**parse_overrides(args.set).get("model", {}))
-    counts = build_model(model_config).parameter_counts()
+    if args.solve_ffn is not None:
+        fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "arch"}
+        ffn_dim, total = solve_ffn(model_config.arch, args.solve_ffn, **fields)
+        print(json.dumps({"arch": model_config.arch, "target": args.solve_ffn, "ffn_dim": ffn_dim, "total": total,
+                          "difference": total - args.solve_ffn}, indent=2))
+        return 0
+    with torch.device("meta"):  # counting needs no memory, even at 100M parameters
+        counts = build_model(model_config).parameter_counts()
     print(json.dumps({"arch": model_config.arch, **counts}, indent=2))
     return 0
 
@@ -176,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="looped", description="Looped and recurrent Transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="train from a YAML config (works under torchrun too)")
-    p.add_argument("config")
+    p = sub.add_parser("train", help="train from YAML config(s) (works under torchrun too)")
+    p.add_argument("config", nargs="+", help="YAML files, merged left to right")
     _add_set(p)
     p.add_argument("--out", help="run folder (default runs/<config name>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last")
@@ -208,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("params", help="parameter counts by component, as JSON")
     p.add_argument("target", help="a YAML config or an architecture name")
+    p.add_argument("--solve-ffn", type=int, metavar="COUNT",
+                   help="print the ffn_dim whose total parameter count is closest to COUNT")
     _add_set(p)
     p.set_defaults(func=cmd_params)
 
@@ -218,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--dir", default="data")
     d.set_defaults(func=cmd_data_download)
     d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus")
-    d.add_argument("config")
+    d.add_argument("config", nargs="+")
     _add_set(d)
     d.set_defaults(func=cmd_data_info)
 

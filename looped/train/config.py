@@ -89,11 +89,15 @@ class RunConfig:
                              f"{self.data.block_size - 1} inputs of a data.block_size {self.data.block_size} block")
 
 
-def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None,
+def load_run_config(path: str | Path | list | None = None, overrides: list[str] | None = None,
                     base: dict | None = None) -> RunConfig:
-    """YAML file (or `base` dict) + `key.sub=value` overrides -> validated RunConfig."""
+    """YAML file(s) merged left to right (over `base`) + `key.sub=value` overrides -> validated RunConfig.
+
+    Several files let a recipe be split, e.g. `configs/clw/full/small/workspace.yaml configs/clw/data/enwik8.yaml`.
+    """
     data = dict(base or {})
-    if path is not None:
-        data = merge(data, read_yaml(path))
+    paths = [] if path is None else list(path) if isinstance(path, (list, tuple)) else [path]
+    for one in paths:
+        data = merge(data, read_yaml(one))
     data = merge(data, parse_overrides(overrides or []))
     return from_dict(RunConfig, data)

@@ -1,0 +1,296 @@
+"""Looped byte LMs of seed 000: one shared pre-norm block applied for `rounds` rounds.
+
+Rows (registry names) and what each round feeds the shared block T (seed 000 §3, §5.1, Appendix B):
+  shared_loop         h^{r+1} = T(h^r)
+  adaptive_exit       the same loop; output = sum_r pi_{i,r} h_i^{r+1}, pi_i = softmax(W_exit e_i + b_exit)
+  anchored_loop       u^r = LN_a(h^r + F_a([e; h^r]))  (eq. 2);   h^{r+1} = T(u^r)
+  conditioned_dense   h^{r+1} = T((1 + sigma_r) * u^r + tau_r);  readout eq. 14 with tanh(beta_r)
+  workspace           h^{r+1} = T(LN_b(u^r + c^r)), c^r read from a gated causal prefix workspace (eqs. 3-7),
+                      recomputed every round
+  workspace_retention the same with M^r = rho_r M^{r-1} + (1 - rho_r) M~^r (eq. 5)
+then o_i = W_LM LN_f(h_i^R) (eq. 8). The anchor is e_i = E(x_i) + p_i (eq. 1).
+
+Test-time depth: `rounds` is a call argument. Per-round parameters trained for R rounds are reused for
+rounds r >= R as those of round R-1 (conditioning sigma/tau, retention logits). The readouts that mix
+exits keep the *final* exit in the last slot: adaptive exit weights exits 1..R-1 with pi_0..pi_{R-2} and
+the final state h^{R'} with the remaining mass; conditioned-dense applies beta_r to exits r+1 <= R-1 only.
+With R' = R both are exactly the trained readouts.
+
+Incremental decoding keeps, for every round, the shared block's KV cache and the workspace running sums
+(N, D per slot), so a new token costs constant workspace work (seed 000 §7).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..nn import KVCache, LayerNorm, PreNormBlock
+from .base import CausalLM, DecodeState, LMConfig
+from .registry import register
+
+
+@dataclass
+class LoopConfig(LMConfig):
+    arch: str = "shared_loop"
+    dim: int = 256
+    heads: int = 8
+    ffn_dim: int = 1024
+    rounds: int = 4  # training depth R (a call argument can change it at test time)
+    slots: int = 4  # workspace slots S (workspace rows only)
+    slot_dim: int = 32  # coordinates per slot m (workspace rows only)
+    norm_eps: float = 1e-5
+    workspace_eps: float = 1e-6  # epsilon in sqrt(max(D, eps)), eq. 4
+    gamma_init: float = 0.5  # workspace read gain, eq. 7
+    retention_init: float = 0.2  # rho_r at init: l_r = log(0.2 / 0.8), eq. 5
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("dim", "heads", "ffn_dim", "rounds", "slots", "slot_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ValueError(f"model.dim: width {self.dim} is not divisible by heads {self.heads}")
+        if not 0 < self.retention_init < 1:
+            raise ValueError(f"model.retention_init must be in (0, 1), got {self.retention_init}")
+
+
+@dataclass
+class LoopState(DecodeState):
+    caches: list[KVCache] = field(default_factory=list)  # shared block's KV cache, one per round
+    sums: list[torch.Tensor | None] = field(default_factory=list)  # workspace (batch, S, m+1) per round
+
+
+# --- pieces ---------------------------------------------------------------------------------------------
+class Anchor(nn.Module):
+    """u = LN_a(h + A2 GELU(A1 [e; h] + a1) + a2)  (eq. 2)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.up = nn.Linear(2 * dim, dim)
+        self.down = nn.Linear(dim, dim)
+        self.norm = LayerNorm(dim, eps)
+
+    def forward(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(h + self.down(F.gelu(self.up(torch.cat((e, h), dim=-1)))))
+
+
+class Workspace(nn.Module):
+    """Gated causal writes into S slots of m coordinates, read by content address (eqs. 3-7).
+
+    Writes: one projection gives the S gate logits and the S*m value pre-activations; the gated values
+    and the gate masses are stacked as (..., S, m+1) so a single cumulative sum gives N and D.
+    """
+
+    def __init__(self, dim: int, slots: int, slot_dim: int, rounds: int, eps: float, ws_eps: float,
+                 gamma_init: float, retention_init: float):
+        super().__init__()
+        self.slots, self.slot_dim, self.ws_eps = slots, slot_dim, ws_eps
+        self.write_norm = LayerNorm(dim, eps)  # LN_w
+        self.write = nn.Linear(dim, slots + slots * slot_dim)  # [W_g; W_v], [b_g; b_v]
+        self.query_norm = LayerNorm(dim, eps)  # LN_q
+        self.query = nn.Linear(dim, slot_dim)  # W_q, b_q
+        self.keys = nn.Parameter(torch.randn(slots, slot_dim) / math.sqrt(slot_dim))  # k_s ~ N(0, 1/m)
+        self.out = nn.Linear(slot_dim, dim)  # W_o, b_o
+        self.gamma = nn.Parameter(torch.tensor(float(gamma_init)))
+        # R retention logits l_r; the recomputed variant carries but does not use them (Appendix B)
+        logit = math.log(retention_init / (1 - retention_init))
+        self.retention = nn.Parameter(torch.full((rounds,), logit))
+        self.combine_norm = LayerNorm(dim, eps)  # LN_b
+
+    def writes(self, u: torch.Tensor) -> torch.Tensor:
+        """(batch, length, dim) -> gated values and masses (batch, length, S, m+1)."""
+        gv = self.write(self.write_norm(u))
+        gate = torch.sigmoid(gv[..., :self.slots]).unsqueeze(-1)  # (b, l, S, 1)
+        value = torch.tanh(gv[..., self.slots:]).unflatten(-1, (self.slots, self.slot_dim))  # (b, l, S, m)
+        return torch.cat((gate * value, gate), dim=-1)
+
+    def memory(self, writes: torch.Tensor, carry: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefix sums -> M~ (batch, length, S, m) and the new carry (batch, S, m+1) for the next chunk."""
+        sums = writes.cumsum(dim=1)
+        if carry is not None:
+            sums = sums + carry.unsqueeze(1)
+        numer, mass = sums[..., :-1], sums[..., -1:]
+        return numer * mass.clamp_min(self.ws_eps).rsqrt(), sums[:, -1]
+
+    def read(self, u: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        """c = gamma (W_o sum_s alpha_s M_s + b_o), alpha = softmax_s(q . k_s / sqrt(m))."""
+        q = self.query(self.query_norm(u))  # (b, l, m)
+        alpha = torch.softmax(q @ self.keys.t() / math.sqrt(self.slot_dim), dim=-1)  # (b, l, S)
+        read = (alpha.unsqueeze(-2) @ memory).squeeze(-2)  # (b, l, 1, S) @ (b, l, S, m) -> (b, l, m)
+        return self.gamma * self.out(read)
+
+    def rho(self, r: int) -> torch.Tensor:
+        return torch.sigmoid(self.retention[min(r, len(self.retention) - 1)])
+
+
+# --- the family -----------------------------------------------------------------------------------------
+class LoopedLM(CausalLM):
+    """Shared machinery: anchor embedding, shared block, per-round caches, final norm and head.
+
+    Subclasses choose what enters the block each round (`block_input`) and how exits are read out
+    (`readout`).
+    """
+
+    uses_workspace = False
+
+    def __init__(self, config: LoopConfig):
+        super().__init__()
+        self.config = config
+        d = config.dim
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.positions = nn.Embedding(config.context_length, d)
+        self.block = PreNormBlock(d, config.heads, config.ffn_dim, norm_eps=config.norm_eps)
+        self.build_extras()
+        self.final_norm = LayerNorm(d, config.norm_eps)
+        self.head = nn.Linear(d, config.vocab_size, bias=False)
+
+    def build_extras(self) -> None:
+        """Row-specific parameters (anchor, workspace, router, conditioning)."""
+
+    @property
+    def default_rounds(self) -> int:
+        return self.config.rounds
+
+    # hooks ---------------------------------------------------------------------------------------------
+    def block_input(self, r: int, e: torch.Tensor, h: torch.Tensor, state: LoopState | None,
+                    aux: dict) -> torch.Tensor:
+        return h
+
+    def readout(self, e: torch.Tensor, exits: list[torch.Tensor]) -> torch.Tensor:
+        return exits[-1]
+
+    # protocol ------------------------------------------------------------------------------------------
+    def anchor_embedding(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        return self.embed(tokens) + self.positions(positions)
+
+    def run_rounds(self, tokens: torch.Tensor, rounds: int, state: LoopState | None) -> torch.Tensor:
+        start = state.position if state is not None else 0
+        e = self.anchor_embedding(tokens, start)
+        h, exits, aux = e, [], {}
+        for r in range(rounds):
+            x = self.block_input(r, e, h, state, aux)
+            h = self.block(x, cache=state.caches[r] if state is not None else None)
+            exits.append(h)
+        return self.head(self.final_norm(self.readout(e, exits)))
+
+    def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
+        rounds = self.resolve_rounds(rounds)
+        self.check_tokens(tokens)
+        return self.run_rounds(tokens, rounds, None)
+
+    def init_state(self, batch: int, *, rounds: int | None = None) -> LoopState:
+        rounds = self.resolve_rounds(rounds)
+        caches = [self.block.attn.new_cache(batch, self.config.context_length) for _ in range(rounds)]
+        return LoopState(batch=batch, rounds=rounds, caches=caches, sums=[None] * rounds)
+
+    def decode(self, tokens: torch.Tensor, state: LoopState) -> torch.Tensor:
+        self.check_tokens(tokens, start=state.position)
+        logits = self.run_rounds(tokens, state.rounds, state)
+        state.position += tokens.shape[1]
+        return logits
+
+
+@register("shared_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40),
+          test_depths=(1, 3, 5))
+class SharedLoop(LoopedLM):
+    """h^{r+1} = T(h^r), h^0 = e."""
+
+
+@register("adaptive_exit", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40),
+          test_depths=(1, 3, 5))
+class AdaptiveExit(LoopedLM):
+    """Shared loop with a per-position softmax mixture of every round's exit (Appendix B)."""
+
+    def build_extras(self) -> None:
+        self.router = nn.Linear(self.config.dim, self.config.rounds)  # W_exit, b_exit
+
+    def readout(self, e, exits):
+        pi = torch.softmax(self.router(e), dim=-1)  # (b, l, R)
+        trained, used = pi.shape[-1], len(exits)
+        keep = min(trained, used) - 1  # slots 0..keep-1 weight exits 1..keep; the last slot the final exit
+        out = exits[-1] * pi[..., keep:].sum(-1, keepdim=True)
+        for r in range(keep):
+            out = out + exits[r] * pi[..., r:r + 1]
+        return out
+
+
+class _Anchored(LoopedLM):
+    def build_extras(self) -> None:
+        self.anchor = Anchor(self.config.dim, self.config.norm_eps)
+
+    def block_input(self, r, e, h, state, aux):
+        return self.anchor(e, h)
+
+
+@register("anchored_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40),
+          test_depths=(1, 3, 5))
+class AnchoredLoop(_Anchored):
+    """u^r = LN_a(h^r + F_a([e; h^r])), h^{r+1} = T(u^r)."""
+
+
+@register("conditioned_dense", LoopConfig,
+          test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40), test_depths=(1, 3, 5))
+class ConditionedDense(_Anchored):
+    """Anchored loop with per-round scale/shift before the block and a learned exit readout (eq. 14)."""
+
+    def build_extras(self) -> None:
+        super().build_extras()
+        rounds, d = self.config.rounds, self.config.dim
+        self.scale = nn.Parameter(torch.zeros(rounds, d))  # sigma_r
+        self.shift = nn.Parameter(torch.zeros(rounds, d))  # tau_r
+        self.exit_mix = nn.Parameter(torch.zeros(max(rounds - 1, 0)))  # beta_r, r = 0..R-2
+
+    def block_input(self, r, e, h, state, aux):
+        r = min(r, self.config.rounds - 1)
+        return (1 + self.scale[r]) * self.anchor(e, h) + self.shift[r]
+
+    def readout(self, e, exits):
+        final = exits[-1]
+        out = final
+        for r in range(min(len(self.exit_mix), len(exits) - 1)):  # exits r+1 <= R-1 only
+            out = out + torch.tanh(self.exit_mix[r]) * (exits[r] - final)
+        return out
+
+
+@register("workspace", LoopConfig,
+          test_overrides=dict(dim=24, heads=4, ffn_dim=40, rounds=3, slots=3, slot_dim=5, context_length=40),
+          test_depths=(1, 3, 5))
+class WorkspaceLoop(_Anchored):
+    """Anchored loop whose block input adds a read from the causal prefix workspace, recomputed each round."""
+
+    uses_workspace = True
+    retain = False
+
+    def build_extras(self) -> None:
+        super().build_extras()
+        c = self.config
+        self.workspace = Workspace(c.dim, c.slots, c.slot_dim, c.rounds, c.norm_eps, c.workspace_eps,
+                                   c.gamma_init, c.retention_init)
+
+    def block_input(self, r, e, h, state, aux):
+        u = self.anchor(e, h)
+        ws = self.workspace
+        carry = state.sums[r] if state is not None else None
+        memory, new_carry = ws.memory(ws.writes(u), carry)
+        if state is not None:
+            state.sums[r] = new_carry
+        if self.retain and r > 0:  # eq. 5: blend with the previous round's summary at the same position
+            rho = ws.rho(r)
+            memory = rho * aux["memory"] + (1 - rho) * memory
+        aux["memory"] = memory
+        return ws.combine_norm(u + ws.read(u, memory))
+
+
+@register("workspace_retention", LoopConfig,
+          test_overrides=dict(dim=24, heads=4, ffn_dim=40, rounds=3, slots=3, slot_dim=5, context_length=40),
+          test_depths=(1, 3, 5))
+class RetentionWorkspace(WorkspaceLoop):
+    """Workspace whose summaries blend with the previous round's: M^r = rho_r M^{r-1} + (1-rho_r) M~^r."""
+
+    retain = True

@@ -1,0 +1,164 @@
+"""Causal latent workspace family (seed 000): equations, Appendix D toy, row-specific properties."""
+
+import math
+
+import pytest
+import torch
+
+from looped.config import ConfigError
+from looped.models import build_model, get_arch
+
+
+def model_of(arch, **kw):
+    torch.manual_seed(0)
+    return build_model(get_arch(arch).tiny_config(**kw)).double()
+
+
+# --- Appendix D: the fully specified numerical toy, through the real model class ------------------------
+def appendix_d_model():
+    m = build_model(get_arch("workspace").config(dim=2, heads=1, ffn_dim=1, rounds=4, slots=2, slot_dim=2,
+                                                 context_length=8)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for name, p in m.named_parameters():  # LayerNorm gains one, offsets zero
+            if name.endswith("weight") and "norm" in name:
+                p.fill_(1.0)
+        m.embed.weight[:] = torch.tensor([0.3, -0.1], dtype=torch.float64)  # identical embeddings, zero positions
+        ws = m.workspace
+        ws.write.bias[:] = torch.tensor([math.log(1 / 3), 0.0, math.atanh(0.4), math.atanh(0.2), math.atanh(0.2),
+                                         math.atanh(-0.4)], dtype=torch.float64)
+        ws.query.bias[:] = torch.tensor([1.0, 0.0])
+        ws.keys[:] = torch.eye(2)
+        ws.out.weight[:] = torch.eye(2)
+        ws.gamma.fill_(0.5)
+    return m
+
+
+def test_appendix_d_numerical_toy():
+    m = appendix_d_model()
+    tokens = torch.tensor([[116, 104, 101, 32, 99, 97, 116, 32]])  # "the cat "
+    a_star = math.exp(1 / math.sqrt(2)) / (math.exp(1 / math.sqrt(2)) + 1)
+    with torch.no_grad():
+        e = m.anchor_embedding(tokens, 0)
+        u0 = m.anchor(e, e)
+        ws = m.workspace
+        memory, _ = ws.memory(ws.writes(u0), None)
+        q = ws.query(ws.query_norm(u0))
+        alpha = torch.softmax(q @ ws.keys.t() / math.sqrt(2), -1)
+        read = (alpha.unsqueeze(-2) @ memory).squeeze(-2)
+        residual = ws.read(u0, memory)
+        exits = []
+        handle = m.block.register_forward_hook(lambda mod, inp, out: exits.append(out))
+        logits = m(tokens)
+        handle.remove()
+        # head rows of the walkthrough: logit 3 for 's', 1 for 'a', 0 for space, -5 otherwise
+        c_f = m.final_norm(exits[-1])[0, 7, 0].item()
+        rows = torch.full((257, 2), 0.0, dtype=torch.float64)
+        rows[:] = torch.tensor([-5 / (2 * c_f), 5 / (2 * c_f)])
+        rows[ord("s")] = torch.tensor([3 / (2 * c_f), -3 / (2 * c_f)])
+        rows[ord("a")] = torch.tensor([1 / (2 * c_f), -1 / (2 * c_f)])
+        rows[ord(" ")] = 0.0
+        m.head.weight[:] = rows
+        logits = m(tokens)
+    tol = 1e-4
+    assert alpha[0, 7, 0].item() == pytest.approx(a_star, abs=tol)
+    assert memory[0, 7].flatten().tolist() == pytest.approx([0.5657, 0.2828, 0.4, -0.8], abs=tol)
+    assert alpha[0, 7].tolist() == pytest.approx([0.6698, 0.3302], abs=tol)
+    assert read[0, 7].tolist() == pytest.approx([0.5110, -0.0748], abs=tol)
+    assert residual[0, 7].tolist() == pytest.approx([0.2555, -0.0374], abs=tol)
+    f64 = dict(dtype=torch.float64)
+    c_star = 0.5 * (a_star * torch.tensor([0.8, 0.4], **f64) / math.sqrt(2) + (1 - a_star) * torch.tensor([0.4, -0.8], **f64))
+    assert residual[0, 7].tolist() == pytest.approx(c_star.tolist(), abs=1e-9)
+    assert u0[0, 7].tolist() == pytest.approx([0.999875, -0.999875], abs=tol)
+    assert exits[0][0, 7].tolist() == pytest.approx([0.999996, -0.999996], abs=tol)
+    probs = torch.softmax(logits[0, 7], -1)
+    assert probs[ord("s")].item() == pytest.approx(0.7872, abs=tol)
+    assert -math.log(probs[ord("s")].item()) == pytest.approx(0.2393, abs=tol)
+
+
+# --- equations ------------------------------------------------------------------------------------------
+def test_workspace_cumsum_equals_the_quadratic_definition():
+    """M~_{i,s} = sum_{j<=i} g_js v_js / sqrt(max(sum_{j<=i} g_js, eps)) (eq. 4), written out per position."""
+    ws = model_of("workspace").workspace
+    u = torch.randn(2, 9, ws.write_norm.normalized_shape[0], dtype=torch.float64)
+    memory, carry = ws.memory(ws.writes(u), None)
+    gv = ws.write(ws.write_norm(u))
+    g = torch.sigmoid(gv[..., :ws.slots])
+    v = torch.tanh(gv[..., ws.slots:]).unflatten(-1, (ws.slots, ws.slot_dim))
+    for i in range(9):
+        numer = (g[:, :i + 1, :, None] * v[:, :i + 1]).sum(1)
+        mass = g[:, :i + 1].sum(1)
+        torch.testing.assert_close(memory[:, i], numer / mass.clamp_min(1e-6).sqrt()[..., None])
+    torch.testing.assert_close(carry[..., -1], g.sum(1))
+
+
+def test_retention_blends_previous_round():
+    m = model_of("workspace_retention")
+    assert torch.sigmoid(m.workspace.retention).tolist() == pytest.approx([0.2] * 3)
+    assert m.workspace.retention.numel() == m.config.rounds
+
+
+def test_zero_initialised_additions_preserve_the_anchored_control():
+    """sigma, tau, beta start at zero, so conditioned-dense computes exactly the anchored loop at init."""
+    anchored, dense = model_of("anchored_loop"), model_of("conditioned_dense")
+    dense.load_state_dict(anchored.state_dict(), strict=False)
+    x = torch.randint(0, 257, (2, 12))
+    torch.testing.assert_close(dense(x), anchored(x))
+    assert dense.scale.abs().sum() == 0 and dense.shift.abs().sum() == 0 and dense.exit_mix.abs().sum() == 0
+
+
+def test_workspace_with_zero_gain_is_anchored_plus_renorm():
+    ws_model, anchored = model_of("workspace"), model_of("anchored_loop", dim=24, ffn_dim=40)
+    anchored.load_state_dict({k: v for k, v in ws_model.state_dict().items() if not k.startswith("workspace")})
+    with torch.no_grad():
+        ws_model.workspace.gamma.zero_()
+        ws_model.workspace.combine_norm.weight.fill_(1.0)
+        ws_model.workspace.combine_norm.bias.zero_()
+    x = torch.randint(0, 257, (2, 12))
+    # with c = 0, LN_b(u) = u up to LayerNorm's eps (u already has zero mean and unit variance), hence 1e-4
+    with torch.no_grad():
+        anchored.anchor.norm.weight.fill_(1.0)
+        anchored.anchor.norm.bias.zero_()
+        ws_model.anchor.norm.weight.fill_(1.0)
+        ws_model.anchor.norm.bias.zero_()
+    torch.testing.assert_close(ws_model(x), anchored(x), atol=1e-4, rtol=1e-4)
+
+
+def test_adaptive_exit_mixture():
+    m = model_of("adaptive_exit")
+    x = torch.randint(0, 257, (1, 6))
+    exits = []
+    handle = m.block.register_forward_hook(lambda mod, inp, out: exits.append(out))
+    with torch.no_grad():
+        logits = m(x)
+        pi = torch.softmax(m.router(m.anchor_embedding(x, 0)), -1)
+        mixed = sum(pi[..., r:r + 1] * exits[r] for r in range(3))
+        torch.testing.assert_close(logits, m.head(m.final_norm(mixed)))
+    handle.remove()
+
+
+def test_every_row_runs_four_block_applications_by_default():
+    for arch in ("shared_loop", "adaptive_exit", "anchored_loop", "conditioned_dense", "workspace",
+                 "workspace_retention"):
+        m = build_model(get_arch(arch).config(dim=16, heads=2, ffn_dim=16, slots=2, slot_dim=4))
+        calls = []
+        m.block.register_forward_hook(lambda *a: calls.append(1))
+        m(torch.zeros(1, 5, dtype=torch.long))
+        assert len(calls) == 4, arch
+    plain = build_model(get_arch("transformer").config())
+    assert len(plain.blocks) == 4
+
+
+@pytest.mark.parametrize("field,value", [("rounds", 0), ("slots", 0), ("slot_dim", 0), ("heads", 5)])
+def test_bad_shapes_name_the_field(field, value):
+    with pytest.raises(ConfigError, match=f"model.{'dim' if field == 'heads' else field}"):
+        get_arch("workspace").config(dim=24, **{field: value})
+
+
+def test_rounds_argument_errors():
+    m = model_of("shared_loop")
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        m(torch.zeros(1, 3, dtype=torch.long), rounds=0)
+    with pytest.raises(ValueError, match="fixed depth"):
+        build_model(get_arch("transformer").tiny_config())(torch.zeros(1, 3, dtype=torch.long), rounds=2)
