@@ -178,6 +178,20 @@ def cmd_quickstart(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from .config import parse_overrides
+
+    from .experiments import clw, clw_study
+
+    corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
+    out = Path(args.out or (f"results/clw_{args.scale}" if args.scale == "cpu" else f"results/clw_{args.budget}"))
+    clw_study.run_study(out, Path(args.runs or f"runs/{out.name}"), seeds=args.seeds or clw.SEEDS, corpora=corpora,
+                        rows=args.rows or tuple(clw.ROWS), overrides=parse_overrides(args.set),
+                        progress=not args.no_progress, scale=args.scale, budget=args.budget)
+    print((out / "table.md").read_text())
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------------------
 def _add_set(p):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -243,6 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     _add_set(p)
     p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser("reproduce", help="run a paper's grid of runs (resumable) and write tables and plots")
+    p.add_argument("paper", choices=["clw"])
+    p.add_argument("--scale", choices=["cpu", "full"], default="cpu")
+    p.add_argument("--budget", choices=["small", "medium"], default="small", help="full scale only")
+    p.add_argument("--seeds", type=int, nargs="+")
+    p.add_argument("--corpora", nargs="+")
+    p.add_argument("--rows", nargs="+")
+    p.add_argument("--out", help="results folder (default results/clw_<scale>)")
+    p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
+    p.add_argument("--no-progress", action="store_true")
+    _add_set(p)
+    p.set_defaults(func=cmd_reproduce)
 
     from .bench import register_cli
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from looped.cli import QUICKSTART
@@ -23,7 +24,8 @@ def test_shipped_config_loads(path):
     assert isinstance(config, RunConfig)
     again = from_dict(RunConfig, yaml.safe_load(yaml.safe_dump(to_dict(config))))
     assert again == config
-    assert build_model(config.model).parameter_counts()["total"] > 0
+    with torch.device("meta"):  # the larger-budget recipes hold 100M parameters
+        assert build_model(config.model).parameter_counts()["total"] > 0
 
 
 def test_quickstart_yaml_matches_the_command():
