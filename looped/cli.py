@@ -71,7 +71,8 @@ def cmd_eval(args) -> int:
     blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{streams.name} held-out")
     start = time.perf_counter()
     result = evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
-                         rounds=args.rounds, unit=streams.unit, progress=not args.no_progress)
+                         rounds=args.rounds, unit=streams.unit, progress=not args.no_progress,
+                         exit_threshold=args.exit_threshold)
     result.update(checkpoint=str(resolve_checkpoint(args.run, args.which)), corpus=streams.name,
                   seconds=round(time.perf_counter() - start, 2))
     text = json.dumps(result, indent=2)
@@ -221,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "eval":
             _add_set(p)
             p.add_argument("--eval-batches", type=int, default=0, help="0 = the whole held-out stream")
+            p.add_argument("--exit-threshold", type=float,
+                           help="looped rows: early exit once a position's distribution moves < this (TV)")
             p.add_argument("--batch-size", type=int, default=16)
             p.add_argument("--out", help="also write the JSON here")
             p.add_argument("--no-progress", action="store_true")

@@ -162,3 +162,45 @@ def test_rounds_argument_errors():
         m(torch.zeros(1, 3, dtype=torch.long), rounds=0)
     with pytest.raises(ValueError, match="fixed depth"):
         build_model(get_arch("transformer").tiny_config())(torch.zeros(1, 3, dtype=torch.long), rounds=2)
+
+
+# --- early exit -------------------------------------------------------------------------------------------
+LOOPED = ["shared_loop", "adaptive_exit", "anchored_loop", "conditioned_dense", "workspace", "workspace_retention"]
+
+
+@pytest.mark.parametrize("arch", LOOPED)
+def test_early_exit_threshold_zero_is_the_full_loop(arch):
+    m = model_of(arch).eval()
+    x = torch.randint(0, 257, (2, 14))
+    with torch.no_grad():
+        logits, used = m.forward_early_exit(x, 0.0)
+        torch.testing.assert_close(logits, m(x))
+    assert (used == m.config.rounds).all()
+
+
+@pytest.mark.parametrize("arch", LOOPED)
+def test_early_exit_is_causal_and_incremental(arch):
+    from lm_drivers import _perturb_zero_inits
+    m = model_of(arch).eval()
+    _perturb_zero_inits(m)
+    x = torch.randint(0, 257, (2, 16))
+    with torch.no_grad():
+        full, used = m.forward_early_exit(x, 0.02, rounds=5)
+        y = x.clone()
+        y[:, 9:] = torch.randint(0, 257, (2, 7))
+        other, used_y = m.forward_early_exit(y, 0.02, rounds=5)
+        torch.testing.assert_close(other[:, :9], full[:, :9], atol=1e-9, rtol=0)
+        assert torch.equal(used[:, :9], used_y[:, :9])
+        state = m.init_state(2, rounds=5, exit_threshold=0.02)
+        steps = torch.cat([m.decode(x[:, :6], state)] + [m.decode(x[:, i:i + 1], state) for i in range(6, 16)], 1)
+    torch.testing.assert_close(steps, full, atol=1e-9, rtol=0)
+    assert torch.equal(torch.cat(state.rounds_used, 1), used)
+
+
+def test_early_exit_saves_rounds_with_a_loose_threshold():
+    m = model_of("shared_loop").eval()
+    with torch.no_grad():
+        _, used = m.forward_early_exit(torch.randint(0, 257, (2, 20)), 1.0)  # TV is always < 1
+    assert (used == 2).all()  # round 0, then round 1 is compared and every position stops
+    with pytest.raises(ValueError, match="threshold"):
+        m.forward_early_exit(torch.zeros(1, 2, dtype=torch.long), -1.0)

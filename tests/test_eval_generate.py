@@ -73,3 +73,15 @@ def test_generation_errors(model):
 def test_text_round_trip():
     assert decode_text(encode_text("héllo")[0].tolist()) == "héllo"
     assert decode_text([104, 256, 105]) == "h\ni"
+
+
+def test_eval_with_early_exit_reports_rounds_and_is_batch_independent():
+    torch.manual_seed(0)
+    loop = build_model(get_arch("shared_loop").tiny_config()).eval()
+    blocks = torch.randint(0, 257, (3, 41))
+    a = evaluate_lm(loop, blocks, batch_size=1, exit_threshold=0.05, rounds=4)
+    b = evaluate_lm(loop, blocks, batch_size=3, exit_threshold=0.05, rounds=4)
+    assert 1 <= a["mean_rounds_used"] <= 4
+    assert a["nll"] == pytest.approx(b["nll"], rel=1e-6) and a["mean_rounds_used"] == b["mean_rounds_used"]
+    full = evaluate_lm(loop, blocks, exit_threshold=0.0, rounds=4)
+    assert full["mean_rounds_used"] == 4 and full["nll"] == pytest.approx(evaluate_lm(loop, blocks, rounds=4)["nll"])

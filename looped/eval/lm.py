@@ -19,11 +19,16 @@ from ..data import heldout_batches
 @torch.no_grad()
 def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batches: int = 0,
                 rounds: int | None = None, unit: str = "byte", device: torch.device | str = "cpu",
-                autocast_dtype: torch.dtype | None = None, progress: bool = False) -> dict:
-    """Score `blocks` (num_blocks, block_size); max_batches 0 = all of them."""
+                autocast_dtype: torch.dtype | None = None, progress: bool = False,
+                exit_threshold: float | None = None) -> dict:
+    """Score `blocks` (num_blocks, block_size); max_batches 0 = all of them.
+
+    exit_threshold (looped rows): evaluate with the early-exit rule and report mean rounds used. Exit
+    decisions are per position, so scores do not depend on the batch size.
+    """
     was_training = model.training
     model.eval()
-    total_nll, total_targets, used_blocks = 0.0, 0, 0
+    total_nll, total_targets, used_blocks, total_rounds = 0.0, 0, 0, 0
     n_batches = math.ceil(len(blocks) / batch_size)
     if max_batches:
         n_batches = min(n_batches, max_batches)
@@ -33,7 +38,11 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
         batch = batch.to(device, dtype=torch.long, non_blocking=True)
         inputs, targets = batch[:, :-1], batch[:, 1:]
         with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
-            logits = model(inputs, rounds=rounds)
+            if exit_threshold is None:
+                logits = model(inputs, rounds=rounds)
+            else:
+                logits, used = model.forward_early_exit(inputs, exit_threshold, rounds=rounds)
+                total_rounds += int(used.sum())
         nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
         total_nll += nll.item()
         total_targets += targets.numel()
@@ -42,5 +51,8 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
     if total_targets == 0:
         raise ValueError("evaluation scored no targets (empty held-out set)")
     nll = total_nll / total_targets
-    return {"nll": nll, "ppl": math.exp(nll), f"bits_per_{unit}": nll / math.log(2), "targets": total_targets,
-            "blocks": used_blocks, "unit": unit, "rounds": rounds}
+    result = {"nll": nll, "ppl": math.exp(nll), f"bits_per_{unit}": nll / math.log(2), "targets": total_targets,
+              "blocks": used_blocks, "unit": unit, "rounds": rounds}
+    if exit_threshold is not None:
+        result.update(exit_threshold=exit_threshold, mean_rounds_used=total_rounds / total_targets)
+    return result

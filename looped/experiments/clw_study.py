@@ -22,6 +22,8 @@ from .results import ResultTable, format_mean_sd, mean_sd
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
 ROUND_COLUMNS = ["corpus", "row", "seed", "rounds", "nll", "bits_per_byte"]
+EXIT_COLUMNS = ["corpus", "row", "seed", "threshold", "nll", "bits_per_byte", "mean_rounds_used"]
+EXIT_THRESHOLDS = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
 TEST_ROUNDS = tuple(range(1, 9))
 
 # seed 000 Table 3 (small budget, held-out PPL per symbol, mean over seeds) where SPEC §1 reports it
@@ -88,8 +90,36 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
                         by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
                                        "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
                 write_report(out, results, by_rounds)
+    early_exit_sweep(out, runs, results)
     write_report(out, results, by_rounds)
     return results
+
+
+def early_exit_sweep(out: Path, runs: Path, results: ResultTable, log=print) -> ResultTable:
+    """Held-out bits/byte against mean rounds used for every finished looped run (resumable)."""
+    table = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
+    for run in results.rows:
+        if run["row"] not in clw.LOOPED_ROWS or run.get("status", "ok") != "ok":
+            continue
+        todo = [t for t in EXIT_THRESHOLDS if not table.has(corpus=run["corpus"], row=run["row"], seed=run["seed"],
+                                                             threshold=t)]
+        if not todo:
+            continue
+        folder = runs / run["corpus"] / run["row"] / f"seed{run['seed']}" / "checkpoints" / "last"
+        if not ckpt.is_checkpoint(folder):
+            log(f"early exit: no checkpoint for {run['corpus']}/{run['row']}/{run['seed']}; skipped")
+            continue
+        model, config = load_model(folder)
+        streams = load_streams(config.data)
+        blocks = to_blocks(streams.heldout, config.data.block_size, name="held-out")
+        for threshold in todo:
+            r = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit, exit_threshold=threshold)
+            table.add({"corpus": run["corpus"], "row": run["row"], "seed": run["seed"], "threshold": threshold,
+                       "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}",
+                       "mean_rounds_used": f"{r['mean_rounds_used']:.4f}"})
+    if table.rows:
+        plot_early_exit(table, out / "early_exit.png")
+    return table
 
 
 def _meta(folder: Path) -> dict:
@@ -199,3 +229,32 @@ def plot_rounds(by_rounds: ResultTable, path: Path) -> None:
     plt.close(fig)
 
 
+
+
+def plot_early_exit(table: ResultTable, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(clw.CORPORA), figsize=(5.5 * len(clw.CORPORA), 4), squeeze=False)
+    for ax, corpus in zip(axes[0], clw.CORPORA):
+        for i, row in enumerate(clw.LOOPED_ROWS):
+            points: dict[float, list[tuple[float, float]]] = {}
+            for r in table.rows:
+                if r["corpus"] == corpus and r["row"] == row:
+                    points.setdefault(float(r["threshold"]), []).append(
+                        (float(r["mean_rounds_used"]), float(r["bits_per_byte"])))
+            if points:
+                ts = sorted(points)
+                xs = [mean_sd([p[0] for p in points[t]])[0] for t in ts]
+                ys = [mean_sd([p[1] for p in points[t]])[0] for t in ts]
+                ax.plot(xs, ys, marker="o", label=row, color=f"C{i}")
+        ax.set_xlabel("mean rounds used per position (early exit, thresholds 0 ... 0.1 TV)")
+        ax.set_ylabel("held-out bits/byte")
+        ax.set_title(corpus)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -18,6 +18,14 @@ With R' = R both are exactly the trained readouts.
 
 Incremental decoding keeps, for every round, the shared block's KV cache and the workspace running sums
 (N, D per slot), so a new token costs constant workspace work (seed 000 §7).
+
+Early exit (inference only, `exit_threshold`): after each round r >= 1 a position whose next-byte
+distribution moved by less than the threshold in total variation, 0.5 * sum |p_r - p_{r-1}|, stops
+refining. Its state is frozen (h^{r'} = h^{r} for every later round r') and its output is the distribution
+at its exit round. Policy for the rounds it skipped: the position still offers keys/values (and workspace
+writes) to later positions, computed from the block input its frozen state produces in that round, so
+later tokens see a complete, deterministic cache; only its own refinement is skipped. Every exit decision
+at position i depends on positions <= i only, so decoding stays causal and incremental == full forward.
 """
 
 from __future__ import annotations
@@ -63,6 +71,8 @@ class LoopConfig(LMConfig):
 class LoopState(DecodeState):
     caches: list[KVCache] = field(default_factory=list)  # shared block's KV cache, one per round
     sums: list[torch.Tensor | None] = field(default_factory=list)  # workspace (batch, S, m+1) per round
+    exit_threshold: float | None = None
+    rounds_used: list[torch.Tensor] = field(default_factory=list)  # (batch, n) per decode call, with early exit
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
@@ -179,19 +189,60 @@ class LoopedLM(CausalLM):
             exits.append(h)
         return self.head(self.final_norm(self.readout(e, exits)))
 
+    def run_rounds_early_exit(self, tokens: torch.Tensor, rounds: int, state: LoopState | None,
+                              threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rounds with per-position early exit (module docstring); returns logits and rounds used (b, l)."""
+        start = state.position if state is not None else 0
+        e = self.anchor_embedding(tokens, start)
+        h, exits, aux = e, [], {}
+        active = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
+        used = torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
+        logits = probs = None
+        for r in range(rounds):
+            x = self.block_input(r, e, h, state, aux)
+            refined = self.block(x, cache=state.caches[r] if state is not None else None)
+            h = torch.where(active.unsqueeze(-1), refined, h)
+            exits.append(h)
+            used += active.long()
+            round_logits = self.head(self.final_norm(self.readout(e, exits)))
+            round_probs = round_logits.float().softmax(-1)
+            if logits is None:
+                logits, probs = round_logits, round_probs
+                continue
+            logits = torch.where(active.unsqueeze(-1), round_logits, logits)
+            moved = 0.5 * (round_probs - probs).abs().sum(-1)
+            probs = torch.where(active.unsqueeze(-1), round_probs, probs)
+            active = active & (moved >= threshold)
+        return logits, used
+
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
         rounds = self.resolve_rounds(rounds)
         self.check_tokens(tokens)
         return self.run_rounds(tokens, rounds, None)
 
-    def init_state(self, batch: int, *, rounds: int | None = None) -> LoopState:
+    def forward_early_exit(self, tokens: torch.Tensor, threshold: float, *,
+                           rounds: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, rounds used per position) with the early-exit rule; threshold 0 = never exit early."""
+        if threshold < 0:
+            raise ValueError(f"exit threshold must be >= 0, got {threshold}")
+        rounds = self.resolve_rounds(rounds)
+        self.check_tokens(tokens)
+        return self.run_rounds_early_exit(tokens, rounds, None, threshold)
+
+    def init_state(self, batch: int, *, rounds: int | None = None,
+                   exit_threshold: float | None = None) -> LoopState:
         rounds = self.resolve_rounds(rounds)
         caches = [self.block.attn.new_cache(batch, self.config.context_length) for _ in range(rounds)]
-        return LoopState(batch=batch, rounds=rounds, caches=caches, sums=[None] * rounds)
+        return LoopState(batch=batch, rounds=rounds, caches=caches, sums=[None] * rounds,
+                         exit_threshold=exit_threshold)
 
     def decode(self, tokens: torch.Tensor, state: LoopState) -> torch.Tensor:
         self.check_tokens(tokens, start=state.position)
-        logits = self.run_rounds(tokens, state.rounds, state)
+        if state.exit_threshold is None:
+            logits = self.run_rounds(tokens, state.rounds, state)
+        else:
+            logits, used = self.run_rounds_early_exit(tokens, state.rounds, state, state.exit_threshold)
+            state.rounds_used.append(used)
         state.position += tokens.shape[1]
         return logits
 

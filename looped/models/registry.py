@@ -77,4 +77,4 @@ def build_model(config: Any):
 
 def _load_builtin() -> None:
     # Importing the family modules runs their @register decorators.
-    from . import loop, transformer  # noqa: F401
+    from . import loop, reasoning_baselines, recurrent_depth, rlt, transformer  # noqa: F401

@@ -1,0 +1,31 @@
+"""The CLW study runner: resumable run by run, writes the CSV, table and plots."""
+
+import csv
+
+from looped.experiments import clw, clw_study
+
+from helpers import write_text_corpus
+
+
+def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
+    corpus = write_text_corpus(tmp_path / "text.txt", 30_000)
+    monkeypatch.setattr(clw, "CPU_DATA", {"enwik8": {"corpus": "raw", "path": str(corpus), "heldout_fraction": 0.1},
+                                          "tinystories": {"corpus": "raw", "path": str(corpus),
+                                                          "heldout_fraction": 0.2}})
+    tiny = {"model": {"dim": 32, "heads": 4, "ffn_dim": 32},
+            "train": {"max_targets": 2 * 8 * 512, "threads": 1}}
+    kwargs = dict(seeds=(11,), rows=("plain", "workspace"), overrides=tiny, progress=False, log=lambda m: None)
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    clw_study.run_study(out, runs, **kwargs)
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert {(r["corpus"], r["row"]) for r in rows} == {(c, r) for c in clw.CORPORA for r in ("plain", "workspace")}
+    assert all(r["status"] == "ok" and int(r["targets"]) == 8192 for r in rows)
+    for name in ("table.md", "nll.png", "rounds.png", "early_exit.png", "rounds.csv", "early_exit.csv"):
+        assert (out / name).exists(), name
+    rounds = list(csv.DictReader(open(out / "rounds.csv")))
+    assert sorted({int(r["rounds"]) for r in rounds}) == list(range(1, 9))
+    assert {r["row"] for r in rounds} == {"workspace"}  # only looped rows have a depth to vary
+    before = (out / "results.csv").read_text()
+    clw_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained, nothing changed
+    assert (out / "results.csv").read_text() == before
+    assert "| workspace |" in (out / "table.md").read_text()
