@@ -70,6 +70,14 @@ def model_section(budget: str, row: str, ffn_dim: int) -> dict:
     return fields
 
 
+def get_config(budget: str, row: str, ffn_dim: int):
+    """The model config of one row at one budget."""
+    from ..models import get_arch
+
+    fields = model_section(budget, row, ffn_dim)
+    return get_arch(fields.pop("arch")).config(**fields)
+
+
 def solve_budget(budget: str) -> dict[str, tuple[int, int]]:
     """{row: (ffn_dim, parameters)} for one budget."""
     spec = BUDGETS[budget]
