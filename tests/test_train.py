@@ -83,14 +83,13 @@ def test_sampler_modes_train(corpus, tmp_path, sampler):
 
 def test_independent_sampler_fixes_data_order_across_archs(corpus, tmp_path):
     """With --sampler independent the block order no longer depends on the model's initialisation."""
-    from looped.train.lm_task import LMTask
+    from looped.train.tasks import LMTask
     cfg = from_dict(RunConfig, tiny_run_config(corpus, data={"sampler": "independent", "data_seed": 5}))
     orders = []
     for burn in (0, 1000):
         torch.manual_seed(0)
         torch.rand(burn)  # a different model would consume a different amount of the global stream
-        task = LMTask(cfg.data, 257, log=lambda m: None)
-        task.make_sampler()
+        task = LMTask(cfg, log=lambda m: None)
         orders.append(task.sampler.next_indices(6).tolist())
     assert orders[0] == orders[1]
 
@@ -105,7 +104,7 @@ def test_best_checkpoint_and_selection(corpus, tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch):
-    from looped.train import lm_task
+    from looped.train import tasks as lm_task
     cfg = tiny_run_config(corpus, train={"checkpoint_every": 2, "eval_every": 0})
     trainer = train(cfg, tmp_path / "run")
     real_loss, calls = lm_task.LMTask.loss, {"n": 0}

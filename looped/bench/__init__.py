@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import clw, decode, train
+from . import clw, ddp, decode, train
 from .decode import run_decode_bench
 from .train import run_train_bench
 
@@ -32,6 +32,7 @@ BENCHES: dict[str, Bench] = {
     "train": Bench("training tokens/s of a model vs a minimal reference GPT", train.add_arguments, train.main),
     "decode": Bench("per-token decoding time: incremental state vs recomputing the prefix",
                     decode.add_arguments, decode.main),
+    "ddp": Bench("DDP loss curve against one process at the same global batch", ddp.add_arguments, ddp.main),
     "clw": Bench("seed 000 rows side by side: training step time and decoding speed", clw.add_arguments, clw.main),
 }
 

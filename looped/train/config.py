@@ -9,6 +9,7 @@ from typing import Any, Literal
 from ..config import ConfigError, from_dict, merge, parse_overrides, read_yaml
 from ..data import DataConfig
 from ..models import TransformerConfig, get_arch
+from .tasks import LMTaskConfig, task_config_class
 
 
 @dataclass
@@ -69,13 +70,18 @@ class TrainConfig:
 @dataclass
 class RunConfig:
     model: Any = field(default_factory=TransformerConfig)
+    task: Any = field(default_factory=LMTaskConfig)  # what is trained on; "lm" uses the data section
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(max_steps=100))
 
     @staticmethod
     def __resolve_field__(name: str, data: dict):
-        """The model section's dataclass depends on model.arch."""
+        """The model section's dataclass depends on model.arch, the task section's on task.kind."""
+        if name == "task":
+            section = data.get("task")
+            kind = section.get("kind", "lm") if isinstance(section, dict) else "lm"
+            return task_config_class(kind)
         if name != "model":
             return None
         section = data.get("model")
@@ -84,7 +90,7 @@ class RunConfig:
         return get_arch(section["arch"]).config_cls
 
     def validate(self) -> None:
-        if self.data.block_size - 1 > self.model.context_length:
+        if self.task.kind == "lm" and self.data.block_size - 1 > self.model.context_length:
             raise ValueError(f"model.context_length: {self.model.context_length} is shorter than the "
                              f"{self.data.block_size - 1} inputs of a data.block_size {self.data.block_size} block")
 

@@ -26,7 +26,7 @@ from ..models import build_model
 from . import checkpoint as ckpt
 from .config import RunConfig
 from .distributed import Dist, all_mean, barrier, init_distributed, shutdown
-from .lm_task import LMTask
+from .tasks import make_task
 from .schedule import learning_rate
 
 
@@ -92,8 +92,7 @@ class Trainer:
             raise TrainingError(f"--resume: no checkpoint to resume in {last}")
         torch.manual_seed(tc.seed)
         self.model = build_model(cfg.model).to(self.dist.device)
-        self.task = LMTask(cfg.data, cfg.model.vocab_size, log=self.log)
-        self.task.make_sampler()
+        self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
         self.total_steps = tc.max_steps or math.ceil(tc.max_targets / self.targets_per_update)
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
@@ -133,8 +132,8 @@ class Trainer:
             self.log(f"resuming a {meta['world']}-process run with {self.dist.world} process(es)")
         ckpt.restore_optimizer(self.optimizer, {k: v.to(self.dist.device) for k, v in tensors.items()}, meta["optim"])
         ckpt.restore_rng(tensors, meta["rng"])
-        self.task.sampler.load_state_dict({**{k[len("sampler."):]: v for k, v in tensors.items()
-                                              if k.startswith("sampler.")}, **meta["sampler"]})
+        self.task.load_state_dict({**{k[len("task."):]: v for k, v in tensors.items()
+                                      if k.startswith("task.")}, **meta["task"]})
         self.step, self.best_loss, self.best_step = meta["step"], meta["best_loss"], meta["best_step"]
         self._truncate_metrics(self.step)
         self.log(f"resumed {self.out_dir} at update {self.step}/{self.total_steps}")
@@ -192,18 +191,18 @@ class Trainer:
                            warmup_steps=cfg.optim.warmup_steps, schedule=cfg.optim.schedule, min_lr=cfg.optim.min_lr)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        indices = self.task.sampler.next_indices(cfg.train.batch_size)  # identical on every rank
-        mine = indices[self.dist.rank * self.per_rank:(self.dist.rank + 1) * self.per_rank]  # disjoint shard
+        task = self.task
+        batch = task.global_batch(cfg.train.batch_size)  # identical on every rank
+        mine = task.shard(batch, self.dist.rank * self.per_rank, (self.dist.rank + 1) * self.per_rank)  # disjoint
         device = self.dist.device
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16")
         total = torch.zeros((), device=device)
         for micro in range(self.accumulation):
-            batch = self.task.train_blocks[mine[micro * self.micro:(micro + 1) * self.micro]]
-            batch = batch.to(device, dtype=torch.long, non_blocking=True)
+            micro_batch = task.to(task.shard(mine, micro * self.micro, (micro + 1) * self.micro), device)
             sync = micro == self.accumulation - 1
             with (nullcontext() if sync or not self.dist.enabled else self.ddp_model.no_sync()):
                 with autocast:
-                    loss = self.task.loss(self.ddp_model, batch) / self.accumulation
+                    loss = task.loss(self.ddp_model, micro_batch) / self.accumulation
                 loss.backward()
             total += loss.detach()
         loss_value = all_mean(total, self.dist).item()
@@ -225,11 +224,10 @@ class Trainer:
             dtype = torch.bfloat16 if tc.precision == "bf16" else None
             result = self.task.evaluate(self.model, batch_size=tc.eval_batch_size, max_batches=tc.eval_batches,
                                         device=self.dist.device, autocast_dtype=dtype)
-            self._record({"step": self.step, "val_loss": result["nll"], "val_ppl": result["ppl"],
-                          f"val_bits_per_{result['unit']}": result[f"bits_per_{result['unit']}"],
-                          "val_targets": result["targets"]})
-            if result["nll"] < self.best_loss:  # strict: ties keep the earliest step
-                self.best_loss, self.best_step = result["nll"], self.step
+            self._record({"step": self.step, **{f"val_{k}": v for k, v in result.items()
+                                                 if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+            if result["loss"] < self.best_loss:  # strict: ties keep the earliest step
+                self.best_loss, self.best_step = result["loss"], self.step
                 self._write_checkpoint("best")
         barrier(self.dist)
         return result
@@ -254,15 +252,15 @@ class Trainer:
     def _write_checkpoint(self, which: str) -> None:
         optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng_tensors, rng_meta = ckpt.rng_tensors()
-        sampler = self.task.sampler.state_dict()
-        sampler_tensors = {f"sampler.{k}": v for k, v in sampler.items() if isinstance(v, torch.Tensor)}
-        sampler_meta = {k: v for k, v in sampler.items() if not isinstance(v, torch.Tensor)}
+        task_state = self.task.state_dict()
+        task_tensors = {f"task.{k}": v for k, v in task_state.items() if isinstance(v, torch.Tensor)}
+        task_meta = {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)}
         meta = {"step": self.step, "total_steps": self.total_steps, "targets": self.step * self.targets_per_update,
                 "best_loss": self.best_loss, "best_step": self.best_step, "world": self.dist.world,
-                "optim": optim_meta, "rng": rng_meta, "sampler": sampler_meta}
+                "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.out_dir / "checkpoints" / which, {
             "config.json": ckpt.config_json(self.config),
             "model.safetensors": self.model.state_dict(),
-            "trainer.safetensors": {**optim_tensors, **rng_tensors, **sampler_tensors},
+            "trainer.safetensors": {**optim_tensors, **rng_tensors, **task_tensors},
             "trainer.json": json.dumps(meta),
         })
