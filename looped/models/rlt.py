@@ -26,8 +26,13 @@ Execution. `forward` = `decode` from a fresh state, so training, prefill and inc
 one code path. Work that does not depend on the feedback (encoder, memory K/V, the encoder half of the
 gate, RoPE tables) is done for all new positions before the sequential loop; the loop only runs the
 merge and the decoder layers, once per chunk (B > 1), per token (B = 1) or once (RLT-0).
-Where RLT-1 time goes (d 64, 2+2, batch 64, length 40): per-operation overhead of the ~80 small ops
-per token in the loop (forward and backward), not arithmetic; see the module README section in the report.
+Where RLT-1 time goes (d 64, 2+2, W 8, batch 64, length 40, forward+backward, one thread): about
+2.1-2.4x RLT-0 (RLT-2 with B = 4: 1.2-1.3x; the paper measured 4.2-4.3x and 1.8-1.9x). The loop issues
+~500 kernels per token (~100 forward, ~400 backward; each RMSNorm backward alone is ~10) on (64, 64)-sized
+tensors, so the time is per-kernel cost, not flops: matmuls ~18%, single-query attention kernels ~18%
+(their cost is per batch x head pair), elementwise kernels ~40%, dispatch and autograd bookkeeping ~25%.
+Hence: split instead of slice (one backward cat instead of a zero-filled gradient per chunk), memory read
+through views, q and k normalised and rotated together, three-kernel RoPE, one matmul for both state terms.
 
 Choices the paper leaves open (SPEC §3 marks what is inferred):
   s*      initial feedback state, init N(0, 1): the merge reads it only through RMSNorm_s, so its scale
@@ -86,7 +91,8 @@ class RLTConfig(LMConfig):
         if self.dim % self.heads or (self.dim // self.heads) % 2:
             raise ValueError(f"model.dim: width {self.dim} must split into {self.heads} heads of even size (RoPE)")
         if self.decoder_layers and self.memory_groups > self.decoder_layers:
-            raise ValueError(f"model.memory_groups: {self.memory_groups} groups for {self.decoder_layers} decoder layers")
+            raise ValueError(f"model.memory_groups: {self.memory_groups} groups for only "
+                             f"{self.decoder_layers} decoder layers")
         if self.tie_encoder_decoder and self.encoder_layers != self.decoder_layers:
             raise ValueError("model.tie_encoder_decoder needs encoder_layers == decoder_layers, "
                              f"got {self.encoder_layers} and {self.decoder_layers}")
@@ -112,10 +118,11 @@ class RLTState(DecodeState):
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Half-split RoPE (the convention of looped.nn.RotaryEmbedding) from precomputed (n, head_dim) tables."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Half-split RoPE (the convention of looped.nn.RotaryEmbedding) from (n, head_dim) tables:
+    [x1; x2] -> [x1 cos - x2 sin; x2 cos + x1 sin] = x * cos + roll(x) * [-sin; sin]. Three kernels, because
+    the token-sequential decoder pays per kernel, not per flop."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 class Block(nn.Module):
@@ -171,7 +178,7 @@ class Merge(nn.Module):
     def forward(self, e: torch.Tensor, gate_e: torch.Tensor, h: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         # e, gate_e (batch, n, dim) for the n positions of one chunk; h (batch, dim) shared by the chunk
         gate_r, update = F.linear(self.state_norm(h), weights).unsqueeze(1).chunk(2, dim=-1)  # (batch, 1, dim)
-        return e + self.scale * torch.sigmoid(gate_e + gate_r) * update
+        return torch.addcmul(e, torch.sigmoid(gate_e + gate_r), update, value=self.scale)
 
 
 class WindowAttention(nn.Module):
@@ -188,9 +195,11 @@ class WindowAttention(nn.Module):
     def forward(self, x, rope, past, mask):
         # x (batch, n, dim); past: keys, values (batch, H, kept, hd) of the positions just before x
         b, n, d = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).transpose(1, 3).unbind(2)  # (b, H, n, hd)
-        q, k = rotate(self.q_norm(q), *rope), rotate(self.k_norm(k), *rope)
-        k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], v), dim=2)
+        qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, b, H, n, hd)
+        # q and k normalised and rotated together: same arithmetic as q_norm/k_norm, half the kernels
+        gains = torch.stack((self.q_norm.weight, self.k_norm.weight))[:, None, None, None]  # (2, 1, 1, 1, hd)
+        q, k = rotate(F.rms_norm(qkv[:2], (self.head_dim,), eps=self.q_norm.eps) * gains, *rope).unbind(0)
+        k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], qkv[2]), dim=2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # n == 1 needs no mask: past is the window
         kept = k.shape[2] - min(self.keep, k.shape[2])
         return self.out(y.transpose(1, 2).reshape(b, n, d)), (k[:, :, kept:], v[:, :, kept:])
@@ -260,6 +269,7 @@ class RLT(CausalLM):
             self.memory = nn.ModuleList(MemoryGroup(c) for _ in range(c.memory_groups))
         self.merge = Merge(c) if c.feedback else None
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.decoder_layers))
+        self.memory_group = [i * c.memory_groups // c.decoder_layers for i in range(c.decoder_layers)]  # g(l)
         self.out_norm = RMSNorm(c.dim, c.norm_eps)  # RMSNorm_o
         self.head = None if c.tie_embeddings else nn.Linear(c.dim, c.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(self.head_dim, c.rope_base)  # frequencies for the decoder-side tables
@@ -287,7 +297,7 @@ class RLT(CausalLM):
             if start:
                 self.detach_state(state)
             logits.append(self.consume(tokens[:, start:start + span], state))
-        return torch.cat(logits, dim=1) if logits else self.embed.weight.new_zeros(tokens.shape[0], 0, self.config.vocab_size)
+        return torch.cat(logits, dim=1) if logits else self.consume(tokens, state)
 
     def init_state(self, batch: int, *, rounds: int | None = None) -> RLTState:
         self.resolve_rounds(rounds)
@@ -300,6 +310,8 @@ class RLT(CausalLM):
 
     # --- one call: encoder, memory, merge + decoder, readout ---------------------------------------------
     def consume(self, tokens: torch.Tensor, state: RLTState) -> torch.Tensor:
+        if not tokens.shape[1]:
+            return self.embed.weight.new_zeros(tokens.shape[0], 0, self.config.vocab_size)
         x = self.embed(tokens)
         for block, cache in zip(self.encoder, state.encoder):
             x = block(x, cache)
@@ -314,11 +326,11 @@ class RLT(CausalLM):
         return self.head(s) if self.head is not None else F.linear(s, self.embed.weight)
 
     def rope_tables(self, start: int, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (n, head_dim) for absolute positions start..start+n-1, built once per call."""
+        """cos and [-sin; sin], each (n, head_dim), for absolute positions start..start+n-1 (see `rotate`)."""
         inv_freq = self.rotary.inv_freq
         angles = torch.arange(start, start + n, device=like.device).to(inv_freq.dtype)[:, None] * inv_freq
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
+        cos, sin = torch.cat((angles, angles), dim=-1).cos(), angles.sin()
+        return cos.to(like.dtype), torch.cat((-sin, sin), dim=-1).to(like.dtype)
 
     def write_memory(self, e: torch.Tensor, rope, state: RLTState) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Append the new positions' memory K/V; return every group's keys, values (batch, H, end, hd)."""
@@ -363,21 +375,21 @@ class RLT(CausalLM):
     def decoder_pass(self, x, start, rope, memory, windows):
         """All decoder layers on one chunk of n positions starting at `start`; returns s and the new windows."""
         if self.config.checkpoint_activations and torch.is_grad_enabled():
-            return checkpoint(self.decoder_layers, x, start, rope, memory, windows, use_reentrant=False)
-        return self.decoder_layers(x, start, rope, memory, windows)
+            return checkpoint(self.run_layers, x, start, rope, memory, windows, use_reentrant=False)
+        return self.run_layers(x, start, rope, memory, windows)
 
-    def decoder_layers(self, x, start, rope, memory, windows):
+    def run_layers(self, x, start, rope, memory, windows):
         n, end = x.shape[1], start + x.shape[1]
-        past = windows[0][0].shape[2] if windows else 0
+        kept = windows[0][0].shape[2] if windows else 0  # window positions start-kept .. start-1
         swa_mask = cross_mask = None  # one position: its window cache and memory[:end] are exactly what it sees
         if n > 1:
-            swa_mask = position_mask(start, n, start - past, past + n, causal=True, window=self.config.window,
+            swa_mask = position_mask(start, n, start - kept, kept + n, causal=True, window=self.config.window,
                                      device=x.device)
             cross_mask = position_mask(start, n, 0, end, causal=True, window=None, device=x.device)
         groups = [(k[:, :, :end], v[:, :, :end]) for k, v in memory]  # views, no copies
         new_windows = []
-        for i, layer in enumerate(self.decoder):
-            x, window = layer(x, rope, windows[i], groups[i * len(groups) // len(self.decoder)], swa_mask, cross_mask)
+        for layer, past, group in zip(self.decoder, windows, self.memory_group):
+            x, window = layer(x, rope, past, groups[group], swa_mask, cross_mask)
             new_windows.append(window)
         return x, new_windows
 
