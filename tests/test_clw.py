@@ -95,7 +95,7 @@ def test_workspace_cumsum_equals_the_quadratic_definition():
 
 def test_retention_blends_previous_round():
     m = model_of("workspace_retention")
-    assert torch.sigmoid(m.workspace.retention).tolist() == pytest.approx([0.2] * 3)
+    assert torch.sigmoid(m.workspace.retention).tolist() == pytest.approx([0.2] * m.config.rounds)
     assert m.workspace.retention.numel() == m.config.rounds
 
 
@@ -133,7 +133,7 @@ def test_adaptive_exit_mixture():
     with torch.no_grad():
         logits = m(x)
         pi = torch.softmax(m.router(m.anchor_embedding(x, 0)), -1)
-        mixed = sum(pi[..., r:r + 1] * exits[r] for r in range(3))
+        mixed = sum(pi[..., r:r + 1] * exits[r] for r in range(m.config.rounds))
         torch.testing.assert_close(logits, m.head(m.final_norm(mixed)))
     handle.remove()
 
@@ -204,3 +204,13 @@ def test_early_exit_saves_rounds_with_a_loose_threshold():
     assert (used == 2).all()  # round 0, then round 1 is compared and every position stops
     with pytest.raises(ValueError, match="threshold"):
         m.forward_early_exit(torch.zeros(1, 2, dtype=torch.long), -1.0)
+
+
+def test_a_checkpoint_of_one_row_is_refused_as_another(tmp_path):
+    from looped.train.checkpoint import CheckpointError, load_weights, model_file, write_folder_atomically
+    ws = model_of("workspace")
+    write_folder_atomically(tmp_path / "ckpt", {"model.safetensors": model_file(ws)})
+    retention = model_of("workspace_retention")  # the same keys and shapes
+    with pytest.raises(CheckpointError, match="'workspace' checkpoint cannot be loaded as 'workspace_retention'"):
+        load_weights(retention, tmp_path / "ckpt")
+    load_weights(model_of("workspace"), tmp_path / "ckpt")

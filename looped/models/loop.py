@@ -247,14 +247,14 @@ class LoopedLM(CausalLM):
         return logits
 
 
-@register("shared_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40),
-          test_depths=(1, 3, 5))
+@register("shared_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
+          test_depths=(1, 4, 6))
 class SharedLoop(LoopedLM):
     """h^{r+1} = T(h^r), h^0 = e."""
 
 
-@register("adaptive_exit", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40),
-          test_depths=(1, 3, 5))
+@register("adaptive_exit", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
+          test_depths=(1, 4, 6))
 class AdaptiveExit(LoopedLM):
     """Shared loop with a per-position softmax mixture of every round's exit (Appendix B)."""
 
@@ -279,14 +279,14 @@ class _Anchored(LoopedLM):
         return self.anchor(e, h)
 
 
-@register("anchored_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40),
-          test_depths=(1, 3, 5))
+@register("anchored_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
+          test_depths=(1, 4, 6))
 class AnchoredLoop(_Anchored):
     """u^r = LN_a(h^r + F_a([e; h^r])), h^{r+1} = T(u^r)."""
 
 
 @register("conditioned_dense", LoopConfig,
-          test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=3, context_length=40), test_depths=(1, 3, 5))
+          test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40), test_depths=(1, 4, 6))
 class ConditionedDense(_Anchored):
     """Anchored loop with per-round scale/shift before the block and a learned exit readout (eq. 14)."""
 
@@ -310,8 +310,8 @@ class ConditionedDense(_Anchored):
 
 
 @register("workspace", LoopConfig,
-          test_overrides=dict(dim=24, heads=4, ffn_dim=40, rounds=3, slots=3, slot_dim=5, context_length=40),
-          test_depths=(1, 3, 5))
+          test_overrides=dict(dim=24, heads=4, ffn_dim=40, rounds=4, slots=3, slot_dim=5, context_length=40),
+          test_depths=(1, 4, 6))
 class WorkspaceLoop(_Anchored):
     """Anchored loop whose block input adds a read from the causal prefix workspace, recomputed each round."""
 
@@ -339,8 +339,8 @@ class WorkspaceLoop(_Anchored):
 
 
 @register("workspace_retention", LoopConfig,
-          test_overrides=dict(dim=24, heads=4, ffn_dim=40, rounds=3, slots=3, slot_dim=5, context_length=40),
-          test_depths=(1, 3, 5))
+          test_overrides=dict(dim=24, heads=4, ffn_dim=40, rounds=4, slots=3, slot_dim=5, context_length=40),
+          test_depths=(1, 4, 6))
 class RetentionWorkspace(WorkspaceLoop):
     """Workspace whose summaries blend with the previous round's: M^r = rho_r M^{r-1} + (1-rho_r) M~^r."""
 

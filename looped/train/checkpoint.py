@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError, from_dict, to_dict
@@ -44,7 +44,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
-    """files: name -> str (text) | dict[str, Tensor] (safetensors). Replaces `folder` as a whole."""
+    """files: name -> str (text) | dict[str, Tensor] | (dict[str, Tensor], metadata dict) (safetensors).
+    Replaces `folder` as a whole."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
@@ -54,7 +55,9 @@ def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
             if isinstance(content, str):
                 (tmp / name).write_text(content)
             else:
-                save_file({k: v.detach().contiguous().cpu() for k, v in content.items()}, str(tmp / name))
+                tensors, metadata = content if isinstance(content, tuple) else (content, None)
+                save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / name),
+                          metadata=metadata)
         old = folder.with_name(f".{folder.name}.old")
         if folder.exists():
             if old.exists():
@@ -102,9 +105,25 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: corrupt safetensors file ({str(err).splitlines()[0]})") from None
 
 
+def model_file(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """model.safetensors content: the weights plus the architecture name as metadata."""
+    return model.state_dict(), {"arch": getattr(model, "arch_name", type(model).__name__)}
+
+
 def load_weights(model: torch.nn.Module, folder: Path) -> None:
-    """Load model.safetensors strictly: a missing/unexpected key or a shape mismatch names the key."""
-    weights = read_tensors(Path(folder) / "model.safetensors")
+    """Load model.safetensors strictly: another architecture, a missing/unexpected key or a shape mismatch
+    is refused with a one-line error (two rows can share every key, e.g. workspace and its retention
+    variant, so the architecture name is checked first)."""
+    path = Path(folder) / "model.safetensors"
+    weights = read_tensors(path)
+    try:
+        with safe_open(str(path), "pt") as f:
+            saved_arch = (f.metadata() or {}).get("arch")
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{path}: corrupt safetensors file ({err})") from None
+    arch = getattr(model, "arch_name", None)
+    if saved_arch is not None and arch is not None and saved_arch != arch:
+        raise CheckpointError(f"{folder}: a {saved_arch!r} checkpoint cannot be loaded as {arch!r}")
     own = model.state_dict()
     missing = sorted(set(own) - set(weights))
     unexpected = sorted(set(weights) - set(own))

@@ -260,7 +260,7 @@ class Trainer:
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.out_dir / "checkpoints" / which, {
             "config.json": ckpt.config_json(self.config),
-            "model.safetensors": self.model.state_dict(),
+            "model.safetensors": ckpt.model_file(self.model),
             "trainer.safetensors": {**optim_tensors, **rng_tensors, **task_tensors},
             "trainer.json": json.dumps(meta),
         })
