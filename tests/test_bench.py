@@ -71,7 +71,7 @@ def test_cli_wiring(tmp_path):
     register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "decode", "--context", "24", "--out", str(tmp_path / "d.json")])
     assert args.bench == "decode" and args.context == 24 and callable(args.func)
-    assert set(BENCHES) == {"train", "decode"}
+    assert {"train", "decode", "clw", "ddp"} <= set(BENCHES)
     with pytest.raises(SystemExit):
         parser.parse_args(["bench"])  # a benchmark name is required
 
@@ -95,3 +95,15 @@ def test_measure_and_helpers(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["b.json"]  # no temporary file left behind
     table = format_table(["name", "value"], [["a", 1.23456], ["bb", 2], ["c", 15084.2]])
     assert table.splitlines()[0].startswith("name") and "1.235" in table and "15,084" in table
+
+
+def test_clw_bench_runs_every_row_side_by_side():
+    from looped.bench.clw import run_clw_decode_bench, run_clw_train_bench
+    from looped.experiments.clw import ROWS
+    train = run_clw_train_bench("small", seq=16, batch=1, steps=2, warmup=0, threads=1)
+    assert set(train["rows"]) == set(ROWS)
+    assert all(r["parameters"] > 900_000 and r["median_s"] > 0 for r in train["rows"].values())
+    assert train["workspace_over_anchored"]["median_of_rounds"] > 0
+    decode = run_clw_decode_bench(context=48, prompt=16, sample_every=16)
+    assert set(decode["rows"]) == set(ROWS)
+    assert all(r["max_logit_difference"] < 1e-4 for r in decode["rows"].values())
