@@ -187,6 +187,10 @@ def cmd_quickstart(args) -> int:
 def cmd_reproduce(args) -> int:
     from .config import parse_overrides
 
+    if args.paper == "rlt":
+        from .experiments import rlt_study
+
+        return rlt_study.reproduce(args)
     from .experiments import clw, clw_study
 
     corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
@@ -268,12 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("reproduce", help="run a paper's grid of runs (resumable) and write tables and plots")
-    p.add_argument("paper", choices=["clw"])
+    p.add_argument("paper", choices=["clw", "rlt"])
     p.add_argument("--scale", choices=["cpu", "full"], default="cpu")
     p.add_argument("--budget", choices=["small", "medium"], default="small", help="full scale only")
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--corpora", nargs="+")
     p.add_argument("--rows", nargs="+")
+    p.add_argument("--tasks", nargs="+", help="rlt: parity s5_swaps mod5_flat mod5_bracketed addition s5_standard")
     p.add_argument("--out", help="results folder (default results/clw_<scale>)")
     p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
     p.add_argument("--no-progress", action="store_true")
@@ -281,8 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reproduce)
 
     from .bench import register_cli
+    from .rlt_cli import register_cli as register_rlt_cli
 
     register_cli(sub)
+    register_rlt_cli(sub)  # looped continue, looped lengths
     return parser
 
 

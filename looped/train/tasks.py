@@ -50,6 +50,7 @@ def make_task(config, log=print):
 
 def _load_builtin() -> None:
     """Kinds defined outside this module register themselves on import."""
+    from . import sequence  # noqa: F401  (seed 003 algorithmic tasks)
 
 
 class LMTask:

@@ -1,0 +1,161 @@
+"""Length generalisation on the test grids of seed 003 (Appendix J.6), aggregation over seeds, and plots in
+the style of its Figs. 6 and 8.
+
+    records = evaluate_lengths(model, "parity")                  # one dict per test length
+    table = aggregate_over_seeds(rows)                           # mean and sample SD per (row, length)
+    plot_length_curves(table, "parity", "parity.png")            # accuracy vs test length, one line per row
+
+Grids (the tasks' `test_lengths`): parity and bracketed mod-5 32, 40, 48, 64, 96, 128, 192, 256; flat mod-5
+31, 39, 47, 63, 95, 127, 191, 255; S5 32, 48, 64, 96, 128, 192, 256, 512; addition 9, 10, 11, 12, 14, 16, 32
+digits. Each length uses the shared test rows of seed 20260916 (`fixed_set`): 1,024 per formal-task length
+and 256 addition pairs by default; every model and seed sees the same rows.
+
+Metrics, all teacher-forced (Appendix J.4): final_state_accuracy (the last scored position of each row: the
+parity bit, the mod-5 value, the last S5 state, addition's EOS-predicting position), prefix_token_accuracy
+(every scored position pooled; the headline for addition), sequence_accuracy (every scored position of a row
+right). Scores come from integer counts, so pooling batches is exact.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from ..data.tasks.algorithmic import AlgorithmicTask, fixed_set
+from ..train.sequence import accuracies, build_task, score_rows
+
+METRICS = ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy")
+
+
+def resolve_task(task: AlgorithmicTask | str, variant: str | None = None) -> AlgorithmicTask:
+    if isinstance(task, AlgorithmicTask):
+        return task
+    from ..train.sequence import SequenceTaskConfig
+    return build_task(SequenceTaskConfig(name=task, variant=variant))
+
+
+def length_grid(task: AlgorithmicTask | str, variant: str | None = None) -> tuple[int, ...]:
+    """The paper's test lengths for a task."""
+    return tuple(resolve_task(task, variant).test_lengths)
+
+
+def test_rows(task: AlgorithmicTask, length: int, n: int | None = None):
+    """The shared test rows of one length (seed 20260916, duplicate-free, disjoint from validation)."""
+    return fixed_set(task, "test", length, n or task.test_rows_per_length)
+
+
+test_rows.__test__ = False  # not a pytest test despite its name
+
+
+@torch.no_grad()
+def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[int] | None = None,
+                     n: int | None = None, batch_size: int = 32, device="cpu", variant: str | None = None,
+                     cache: dict | None = None, log=None) -> list[dict]:
+    """Accuracies of `model` at every test length, one dict per length (counts included).
+
+    `cache` (optional dict) keeps the generated test rows between calls, so a study builds each set once."""
+    task = resolve_task(task, variant)
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    records = []
+    for length in (length_grid(task) if lengths is None else lengths):
+        key = (task.data_key, int(length), n)
+        rows = cache.get(key) if cache is not None else None
+        if rows is None:
+            rows = test_rows(task, int(length), n)
+            if cache is not None:
+                cache[key] = rows
+        totals = score_rows(model, task, rows, batch_size=batch_size, device=device)
+        record = {"length": int(length), "sequences": totals["rows"], "scored_tokens": totals["scored"],
+                  "loss": totals["loss"] / totals["rows"], **accuracies(totals)}
+        records.append(record)
+        if log:
+            log(f"  length {length}: " + ", ".join(f"{m} {record[m]:.4f}" for m in METRICS))
+    model.train(was_training)
+    return records
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample SD (n - 1 in the denominator, eq. 39); SD is NaN for a single value."""
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else math.nan)
+
+
+def aggregate_over_seeds(records: Iterable[dict], *, keys: Sequence[str] = ("row", "length"),
+                         metrics: Sequence[str] = METRICS) -> list[dict]:
+    """Group per-seed records by `keys`; each group gives n, and mean and SD of every metric."""
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        groups.setdefault(tuple(record[k] for k in keys), []).append(record)
+    out = []
+    for key, members in groups.items():
+        entry = dict(zip(keys, key), n=len(members))
+        for metric in metrics:
+            values = [float(m[metric]) for m in members if m.get(metric) not in (None, "")]
+            if values:
+                entry[metric], entry[f"{metric}_sd"] = mean_sd(values)
+        out.append(entry)
+    return out
+
+
+def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path: str | Path, *,
+                       metric: str = "final_state_accuracy", rows: Sequence[str] | None = None,
+                       labels: dict[str, str] | None = None, title: str | None = None,
+                       train_range: tuple[int, int] | None = None, variant: str | None = None, ax=None) -> Path | None:
+    """Accuracy (%) against test length, one line per row with sample-SD error bars (not clipped), the
+    trained lengths shaded grey and uniform-prediction accuracy dotted, as in seed 003 Figs. 6 and 8.
+
+    table: aggregate_over_seeds output (keys row, length). With `ax` the panel is drawn there and nothing is
+    saved (for multi-panel figures)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    task = resolve_task(task, variant)
+    own_figure = ax is None
+    if own_figure:
+        fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    rows = rows or list(dict.fromkeys(r["row"] for r in table))
+    lo, hi = train_range or (min(task.train_lengths), max(task.train_lengths))
+    if lo == hi:  # S5 trains on one length: a thin band keeps it visible on the log axis
+        lo, hi = lo * 0.97, hi * 1.03
+    ax.axvspan(lo, hi, color="0.88", zorder=0, label="trained lengths")
+    ax.axhline(100 * task.chance_accuracy, color="0.4", ls=":", lw=1, label="uniform prediction")
+    for i, row in enumerate(rows):
+        points = sorted((r for r in table if r["row"] == row and metric in r), key=lambda r: r["length"])
+        if not points:
+            continue
+        xs = [r["length"] for r in points]
+        ys = [100 * r[metric] for r in points]
+        sds = [0.0 if math.isnan(r.get(f"{metric}_sd", math.nan)) else 100 * r[f"{metric}_sd"] for r in points]
+        ax.errorbar(xs, ys, yerr=sds, marker="o", ms=3.5, capsize=3, lw=1.3, color=f"C{i}",
+                    label=(labels or {}).get(row, row))
+    grid = length_grid(task)
+    ax.set_xscale("log", base=2)
+    # the view spans the test grid and the top of the training range (addition trains below its grid)
+    ax.set_xlim(min(min(grid), hi) * 0.85, max(grid) * 1.15)
+    ax.set_xticks(grid, [str(g) for g in grid], rotation=45, fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("test length" if task.name != "addition" else "digits per operand")
+    ax.set_ylabel(f"{metric.replace('_', ' ')} (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title(title or task.data_key)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if not own_figure:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["METRICS", "aggregate_over_seeds", "evaluate_lengths", "length_grid", "mean_sd", "plot_length_curves",
+           "test_rows"]

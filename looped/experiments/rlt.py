@@ -1,0 +1,213 @@
+"""Seed 003 (Recurrent Looped Transformer): the rows, the tasks, the shipped recipes and the paper's numbers.
+
+    configs/rlt/full/<task>_<row>.yaml   the paper's recipe (GPU; written by write_recipes)
+    configs/rlt/cpu/<task>_<row>.yaml    a scaled-down recipe that finishes in <= 15 min per run on one
+                                         loaded CPU thread here
+
+Full recipe (§3.1, App. J, SPEC §3): width 512, 4 heads, FFN 1,365, eight logical layers (RLT 4+4 ... 8+0,
+Transformer 8), SWA window 8, one memory group, alpha 0.1, untied encoder/decoder, tied embeddings; AdamW
+(0.9, 0.95), weight decay 0.1, clip 1.0, 200 warm-up updates to 1e-4 then cosine to 5e-6; global batch 512
+= micro-batch 32 x 16 accumulation; 2,000 updates (mod-5: 5,000); validation every 100 updates, best =
+minimum ID validation loss (earliest on ties); seeds 42/43/44. TBPTT 128 never truncates a training row,
+so it is full BPTT (truncate_bptt: null).
+
+CPU recipe: the same recipe, scaled, with three changes the SPEC's CPU trials needed (identical for every
+row; the study writes them into its table header):
+  shape      width 64, 4 heads, FFN 170 (= 8/3 x width, the paper's ratio), 2+2 (Transformer 4 layers)
+  batch      64 rows per update, no accumulation; 2,000 updates (mod-5 too: paper 5,000), S5 and addition
+             1,500 (their rows are the widest: 33 and up to 38 positions, every one run token by token)
+  optimiser  lr 1e-3 (paper 1e-4; 2e-3 collapsed in the trials), 100 warm-up updates, cosine to 5e-5
+  data       length curriculum: longest training length 8 -> full range over the first half (a no-op for
+             S5 and addition, whose ranges start at 32 / end at 8); same-length batches
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+# --- rows -------------------------------------------------------------------------------------------------
+# name -> (label, model fields at the full shape); the CPU shape halves the layer counts
+ROWS: dict[str, tuple[str, dict]] = {
+    "rlt1": ("RLT-1", {"arch": "rlt", "encoder_layers": 4, "decoder_layers": 4, "feedback_interval": 1}),
+    "chunk4": ("RLT-2 chunk4", {"arch": "rlt", "encoder_layers": 4, "decoder_layers": 4, "feedback_interval": 4}),
+    "rlt0": ("RLT-0", {"arch": "rlt0", "encoder_layers": 4, "decoder_layers": 4}),
+    "baseline": ("Transformer", {"arch": "rlt_baseline", "layers": 8}),
+    # the other depth splits of Fig. 6 (RLT-1); full scale only
+    "rlt1_5p3": ("RLT-1", {"arch": "rlt", "encoder_layers": 5, "decoder_layers": 3, "feedback_interval": 1}),
+    "rlt1_6p2": ("RLT-1", {"arch": "rlt", "encoder_layers": 6, "decoder_layers": 2, "feedback_interval": 1}),
+    "rlt1_7p1": ("RLT-1", {"arch": "rlt", "encoder_layers": 7, "decoder_layers": 1, "feedback_interval": 1}),
+    "rlt1_8p0": ("RLT-1", {"arch": "rlt", "encoder_layers": 8, "decoder_layers": 0, "feedback_interval": 1}),
+}
+STUDY_ROWS = ("rlt1", "chunk4", "rlt0", "baseline")  # Fig. 8: the feedback interval at a fixed split
+
+# --- tasks ------------------------------------------------------------------------------------------------
+# name -> task section; the study's order: parity and swaps-S5 first, then mod-5 and addition
+TASKS: dict[str, dict] = {
+    "parity": {"name": "parity"},
+    "s5_swaps": {"name": "s5", "variant": "swaps"},
+    "mod5_flat": {"name": "mod5_flat"},
+    "mod5_bracketed": {"name": "mod5_bracketed"},
+    "addition": {"name": "addition"},
+    "s5_standard": {"name": "s5", "variant": "standard"},
+}
+STUDY_TASKS = ("parity", "s5_swaps", "mod5_flat", "mod5_bracketed", "addition")
+SEEDS = (42, 43, 44)
+FULL_STEPS = {"mod5_flat": 5000, "mod5_bracketed": 5000}  # others 2,000
+CPU_STEPS = {"s5_swaps": 1500, "s5_standard": 1500, "addition": 1500}  # others 2,000
+# headline metric per task (Appendix J.4): addition scores answer tokens, the others the final label/state
+PRIMARY_METRIC = {"addition": "prefix_token_accuracy"}
+
+FULL_SHAPE = {"dim": 512, "heads": 4, "ffn_dim": 1365, "window": 8, "memory_groups": 1, "merge_scale": 0.1,
+              "tie_encoder_decoder": False, "tie_embeddings": True, "truncate_bptt": None, "context_length": 1024}
+CPU_SHAPE = {"dim": 64, "heads": 4, "ffn_dim": 170, "context_length": 1024}
+CPU_LAYER_SCALE = 2  # 4+4 -> 2+2, Transformer 8 -> 4
+
+FULL_RECIPE = {
+    "optim": {"lr": 1.0e-4, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1, "grad_clip": 1.0,
+              "schedule": "cosine", "warmup_steps": 200, "min_lr": 5.0e-6},
+    "train": {"seed": 42, "batch_size": 512, "micro_batch_size": 32, "max_steps": 2000, "precision": "fp32",
+              "eval_every": 100, "eval_batches": 0, "eval_batch_size": 32, "select": "best", "log_every": 10},
+}
+CPU_RECIPE = {
+    "optim": {"lr": 1.0e-3, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1, "grad_clip": 1.0,
+              "schedule": "cosine", "warmup_steps": 100, "min_lr": 5.0e-5},
+    "train": {"seed": 42, "batch_size": 64, "max_steps": 2000, "precision": "fp32", "eval_every": 100,
+              "eval_batches": 0, "eval_batch_size": 256, "select": "best", "log_every": 10, "threads": 1,
+              "device": "cpu"},
+}
+CPU_TASK_CHANGES = {"curriculum_start": 8, "curriculum_fraction": 0.5, "same_length_batches": True}
+
+# what the CPU recipe changes, for the study's table header
+CPU_CHANGES = [
+    "shape: width 64, 4 heads, FFN 170, RLT 2+2 (Transformer 4 layers) instead of 512 / 1,365 / 4+4 (8)",
+    "batch: 64 rows per update (paper 512 = 32 x 16); 2,000 updates (S5 and addition 1,500; paper 2,000, "
+    "mod-5 5,000)",
+    "optimiser: lr 1e-3 (paper 1e-4), 100 warm-up updates, cosine to 5e-5 (paper 200, 5e-6)",
+    "length curriculum: longest training length 8 -> full range over the first half of training "
+    "(no-op for S5 and addition)",
+    "same-length batches (paper: lengths drawn per row)",
+    "one CPU thread per run (paper: four)",
+]
+
+
+def model_section(row: str, scale: str) -> dict:
+    """Model fields of a row at a scale ("full" | "cpu")."""
+    if row not in ROWS:
+        raise ValueError(f"unknown row {row!r} (known: {', '.join(ROWS)})")
+    fields = dict(ROWS[row][1])
+    if scale == "full":
+        shape = {k: v for k, v in FULL_SHAPE.items() if fields["arch"] != "rlt_baseline" or k in
+                 ("dim", "heads", "ffn_dim", "tie_embeddings", "context_length")}
+        return {"arch": fields.pop("arch"), **shape, **fields}
+    if scale != "cpu":
+        raise ValueError(f"unknown scale {scale!r} (known: full, cpu)")
+    if row not in STUDY_ROWS:  # halving 5+3 or 7+1 has no faithful 4-layer counterpart
+        raise ValueError(f"row {row!r} has a full-scale recipe only (CPU rows: {', '.join(STUDY_ROWS)})")
+    for name in ("encoder_layers", "decoder_layers", "layers"):
+        if name in fields:
+            fields[name] = fields[name] // CPU_LAYER_SCALE
+    return {"arch": fields.pop("arch"), **CPU_SHAPE, **fields}
+
+
+def row_label(row: str, scale: str) -> str:
+    """e.g. "RLT-1 4+4" (full) / "RLT-1 2+2" (cpu), "Transformer 8" / "Transformer 4"."""
+    if row not in ROWS:
+        return row
+    try:
+        model = model_section(row, scale)
+    except ValueError:
+        model = model_section(row, "full")
+    depth = model["layers"] if "layers" in model else f"{model['encoder_layers']}+{model['decoder_layers']}"
+    return f"{ROWS[row][0]} {depth}"
+
+
+def run_config_dict(task: str, row: str, scale: str, seed: int = 42) -> dict:
+    """The whole run configuration of one (task, row, seed) at a scale, as a plain dict."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r} (known: {', '.join(TASKS)})")
+    recipe = copy.deepcopy(FULL_RECIPE if scale == "full" else CPU_RECIPE)
+    steps = (FULL_STEPS if scale == "full" else CPU_STEPS).get(task)
+    if steps:
+        recipe["train"]["max_steps"] = steps
+    recipe["train"]["seed"] = seed
+    section = {"kind": "sequence", **TASKS[task]}
+    if scale == "cpu":
+        section.update(CPU_TASK_CHANGES)
+    return {"model": model_section(row, scale), "task": section, **recipe}
+
+
+def write_recipes(root: Path = Path("configs/rlt")) -> list[Path]:
+    """configs/rlt/full/<task>_<row>.yaml for every row, configs/rlt/cpu/<task>_<row>.yaml for the study's."""
+    written = []
+    for scale, rows in (("full", tuple(ROWS)), ("cpu", STUDY_ROWS)):
+        for task in TASKS:
+            for row in rows:
+                config = run_config_dict(task, row, scale)
+                steps, batch = config["train"]["max_steps"], config["train"]["batch_size"]
+                where = ("the paper's recipe (GPU)" if scale == "full" else
+                         "CPU recipe (scaled; see looped/experiments/rlt.py)")
+                header = (f"# seed 003 {task}, {row_label(row, scale)} ({row}): {where}; "
+                          f"{steps} updates x {batch} rows.\n"
+                          f"# Generated by looped.experiments.rlt.write_recipes. Seeds 43/44: --set train.seed=43\n")
+                path = root / scale / f"{task}_{row}.yaml"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+                written.append(path)
+    return written
+
+
+# --- the paper's numbers (mean, sample SD or None), percent, best ID-loss checkpoint, 3 seeds --------------
+# keyed (task, row, length, metric); lengths are the test grid's (flat mod-5: actual odd length)
+PAPER: dict[tuple[str, str, int, str], tuple[float, float | None]] = {
+    ("parity", "rlt1", 64, "final_state_accuracy"): (100.0, 0.0),
+    ("parity", "chunk4", 64, "final_state_accuracy"): (98.99, 1.66),
+    ("parity", "rlt0", 64, "final_state_accuracy"): (50.23, 3.80),
+    ("parity", "baseline", 64, "final_state_accuracy"): (48.47, None),
+    ("parity", "rlt1", 256, "final_state_accuracy"): (66.76, 28.78),
+    ("parity", "chunk4", 256, "final_state_accuracy"): (69.34, 24.17),
+    ("parity", "baseline", 256, "final_state_accuracy"): (50.07, 1.63),
+    ("parity", "rlt1_5p3", 256, "final_state_accuracy"): (100.0, 0.0),
+    ("parity", "rlt1_7p1", 256, "final_state_accuracy"): (100.0, 0.0),
+    ("parity", "rlt1_6p2", 256, "final_state_accuracy"): (84.05, 27.63),
+    ("parity", "rlt1_8p0", 256, "final_state_accuracy"): (68.91, 27.39),
+    ("s5_swaps", "rlt1", 64, "final_state_accuracy"): (100.0, 0.0),
+    ("s5_swaps", "chunk4", 64, "final_state_accuracy"): (19.60, 6.54),
+    ("s5_swaps", "rlt1", 256, "final_state_accuracy"): (97.30, 2.76),
+    ("s5_swaps", "baseline", 256, "final_state_accuracy"): (0.85, 0.30),
+    ("s5_swaps", "rlt1_5p3", 256, "final_state_accuracy"): (92.71, 1.87),
+    ("s5_swaps", "rlt1_6p2", 256, "final_state_accuracy"): (78.91, 22.26),
+    ("s5_swaps", "rlt1", 512, "final_state_accuracy"): (55.70, 25.78),
+    ("s5_swaps", "baseline", 512, "final_state_accuracy"): (0.85, 0.30),
+    ("s5_swaps", "rlt1", 512, "prefix_token_accuracy"): (91.16, 6.09),
+    ("s5_swaps", "baseline", 512, "prefix_token_accuracy"): (9.33, 0.11),
+    ("mod5_flat", "rlt1", 63, "final_state_accuracy"): (44.43, 43.81),
+    ("mod5_flat", "chunk4", 63, "final_state_accuracy"): (50.78, 38.02),
+    ("mod5_flat", "rlt0", 63, "final_state_accuracy"): (21.84, 2.17),
+    ("mod5_flat", "baseline", 63, "final_state_accuracy"): (33.20, 2.33),
+    ("mod5_flat", "rlt1_6p2", 63, "final_state_accuracy"): (93.36, 5.69),
+    ("mod5_bracketed", "rlt1", 64, "final_state_accuracy"): (64.10, 3.49),
+    ("mod5_bracketed", "chunk4", 64, "final_state_accuracy"): (62.76, 4.42),
+    ("mod5_bracketed", "rlt0", 64, "final_state_accuracy"): (39.45, 0.61),
+    ("mod5_bracketed", "baseline", 64, "final_state_accuracy"): (46.71, 1.21),
+    ("mod5_bracketed", "rlt1_5p3", 64, "final_state_accuracy"): (67.97, 2.91),
+    ("addition", "rlt1_7p1", 9, "prefix_token_accuracy"): (68.05, 3.64),
+    ("addition", "baseline", 9, "prefix_token_accuracy"): (58.61, 2.44),
+    ("addition", "baseline", 32, "prefix_token_accuracy"): (16.84, 1.45),
+}
+# RLT-0 and the Transformer on swaps-S5 at 64 ops are "near the 1/120 uniform reference" (no exact value);
+# addition at 32 digits: all eight-layer means 14.89-16.84 %.
+PAPER_NOTES = {
+    ("s5_swaps", "rlt0", 64): "≈ 0.83 (1/120)", ("s5_swaps", "baseline", 64): "≈ 0.83 (1/120)",
+    ("addition", "rlt1", 32): "14.44–15.91 (RLT-1 splits)",
+}
+# lengths shown in the study's table per task (the full grids are in lengths.csv and the plots)
+TABLE_LENGTHS = {"parity": (40, 64, 256), "s5_swaps": (32, 64, 256, 512), "mod5_flat": (39, 63, 255),
+                 "mod5_bracketed": (40, 64, 256), "addition": (9, 16, 32), "s5_standard": (32, 64, 512)}
+
+
+__all__ = ["CPU_CHANGES", "CPU_RECIPE", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PRIMARY_METRIC", "ROWS", "SEEDS",
+           "STUDY_ROWS", "STUDY_TASKS", "TABLE_LENGTHS", "TASKS", "model_section", "row_label", "run_config_dict",
+           "write_recipes"]

@@ -1,0 +1,242 @@
+"""`looped reproduce rlt --scale cpu`: the feedback-interval comparison of seed 003 (Fig. 8) on its tasks.
+
+Rows RLT-1, RLT-2 chunk4, RLT-0 and the decoder-only Transformer, seeds 42/43/44, tasks parity and swaps-S5
+first, then flat and bracketed mod-5 and addition. Each run trains its recipe (looped.experiments.rlt; cpu:
+configs/rlt/cpu, full: configs/rlt/full), then evaluates its best ID-validation-loss checkpoint on the task's
+whole test grid (1,024 shared rows per length, addition 256). Resumable run by run: a finished run is a line in
+results.csv and its lengths in lengths.csv and is never trained or evaluated again; an interrupted run resumes
+from its last checkpoint.
+
+Writes <out>/results.csv, lengths.csv, table.md (our numbers beside the paper's, with every change to the
+paper's recipe in the header) and <task>.png / feedback.png (accuracy vs test length, Figs. 6, 8 and 13).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..config import from_dict, merge, parse_overrides
+from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
+from ..train import RunConfig, TrainingError, load_model
+from ..train import checkpoint as ckpt
+from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
+from . import rlt
+from .clw_study import train_one
+from .results import ResultTable, format_mean_sd
+
+COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
+           "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
+           "eval_seconds", "status"]
+LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss"]
+
+
+def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu") -> RunConfig:
+    """The recipe of one (task, row, seed) at a scale, with `overrides` merged on top (same for every row)."""
+    return from_dict(RunConfig, merge(rlt.run_config_dict(task, row, scale, seed), overrides or {}))
+
+
+def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_cpu"), *, scale: str = "cpu",
+              seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS, overrides: dict | None = None,
+              test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
+              eval_batch_size: int = 256, progress: bool = True, log=print) -> ResultTable:
+    """Train and evaluate every (task, seed, row) not yet in <out>/results.csv; rewrite the report after each.
+
+    test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
+    to shorten a grid (None: the full grid)."""
+    out, runs = Path(out), Path(runs)
+    results = ResultTable(out / "results.csv", COLUMNS, ["task", "row", "seed"])
+    lengths = ResultTable(out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
+    test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
+    for task in tasks:
+        for seed in seeds:
+            for row in rows:
+                if results.has(task=task, row=row, seed=seed):
+                    continue
+                log(f"== rlt {scale}: {task} / {row} / seed {seed}")
+                config = run_config(task, row, seed, overrides, scale=scale)
+                folder = runs / task / row / f"seed{seed}"
+                try:
+                    seconds = train_one(config, folder, progress, log)
+                except TrainingError as err:  # recorded, not hidden: the table shows the run failed
+                    log(f"run failed: {err}")
+                    results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
+                                 "status": f"failed: {str(err).splitlines()[0]}"})
+                    continue
+                start = time.perf_counter()
+                model, config = load_model(folder / "checkpoints" / "best")
+                records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
+                                           lengths=(test_lengths or {}).get(task), n=test_size,
+                                           batch_size=eval_batch_size, cache=test_cache, log=log)
+                for record in records:
+                    lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
+                meta, best = _trainer_meta(folder), _best_validation(folder)
+                updates = meta["step"]
+                results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
+                             "parameters": model.parameter_counts()["total"], "updates": updates,
+                             "best_step": meta["best_step"], "val_loss": _fmt(best.get("val_loss")),
+                             "val_final_state_accuracy": _fmt(best.get("val_final_state_accuracy")),
+                             "val_prefix_token_accuracy": _fmt(best.get("val_prefix_token_accuracy")),
+                             "train_seconds": f"{seconds:.1f}",
+                             "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
+                             "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
+                write_report(out, results, lengths, scale)
+    write_report(out, results, lengths, scale)
+    return results
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6f}" if isinstance(value, float) else str(value)
+
+
+def _trainer_meta(folder: Path) -> dict:
+    return json.loads((folder / "checkpoints" / "last" / "trainer.json").read_text())
+
+
+def _best_validation(folder: Path) -> dict:
+    """The validation record of the selected (best) checkpoint, from metrics.jsonl."""
+    best_step = _trainer_meta(folder)["best_step"]
+    path = folder / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        event = json.loads(line)
+        if event["step"] == best_step and "val_loss" in event:
+            return event
+    return {}
+
+
+# --- report -------------------------------------------------------------------------------------------------
+def _ok(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("status", "ok") == "ok"]
+
+
+def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> str:
+    finished = _ok(results.rows)
+    tasks = list(dict.fromkeys(r["task"] for r in results.rows))
+    rows = list(dict.fromkeys(r["row"] for r in results.rows))
+    title = "CPU scale" if scale == "cpu" else "the paper's recipe"
+    lines = [f"# Seed 003 (Recurrent Looped Transformer) at {title}", ""]
+    if scale == "cpu":
+        lines += ["Changes to the paper's recipe, identical for every row:", ""]
+        lines += [f"- {change}" for change in rlt.CPU_CHANGES] + [""]
+    lines += ["Accuracy (%) of the checkpoint with minimum ID validation loss (earliest on ties), mean ± sample SD "
+              "over seeds (n = seeds finished), teacher-forced, on the shared test rows (1,024 per length; "
+              "addition 256). *Paper*: seed 003, 4+4 rows and Transformer 8 at the full recipe, 3 seeds; "
+              "CPU-scale models are 2+2 / 4 layers, so compare the ordering of rows, not the values.", ""]
+    for task in tasks:
+        metric = rlt.PRIMARY_METRIC.get(task, "final_state_accuracy")
+        shown = rlt.TABLE_LENGTHS.get(task, ())
+        lines += [f"## {task} ({metric.replace('_', ' ')})", "",
+                  "| row | parameters | s/update (incl. validation) | best step | ID validation | "
+                  + " | ".join(f"{n} | paper {n}" for n in shown) + " |",
+                  "|---|---:|---:|---:|---:|" + "---:|---:|" * len(shown)]
+        for row in rows:
+            runs = [r for r in finished if r["task"] == task and r["row"] == row]
+            failed = [r for r in results.rows if r["task"] == task and r["row"] == row and r not in runs]
+            label = rlt.row_label(row, scale)
+            if not runs and not failed:
+                continue
+            val_column = f"val_{metric}"
+            cells = [label + (f" ({len(failed)} failed)" if failed else ""),
+                     ", ".join(sorted({f"{int(r['parameters']):,}" for r in runs})) or "–",
+                     format_mean_sd([float(r["seconds_per_update"]) for r in runs if r["seconds_per_update"]], 2)
+                     if any(r["seconds_per_update"] for r in runs) else "–",
+                     ", ".join(str(r["best_step"]) for r in runs) or "–",
+                     _pct([r[val_column] for r in runs if r[val_column]])]
+            for n in shown:
+                values = [r[metric] for r in lengths.rows if r["task"] == task and r["row"] == row
+                          and int(r["length"]) == n and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
+                cells += [_pct(values), _paper(task, row, n, metric)]
+            lines.append("| " + " | ".join(cells) + " |")
+        if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
+            prefix = {row: _pct([r["prefix_token_accuracy"] for r in lengths.rows
+                                 if r["task"] == task and r["row"] == row and int(r["length"]) == 512]) for row in rows}
+            lines += ["", "Prefix-token accuracy at 512 (paper: RLT-1 4+4 91.16 ± 6.09, Transformer 8 9.33 ± 0.11): "
+                      + ", ".join(f"{rlt.row_label(row, scale)} {value}" for row, value in prefix.items())]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _pct(values: list) -> str:
+    values = [100 * float(v) for v in values if v not in ("", None)]
+    return format_mean_sd(values, 2) if values else "–"
+
+
+def _paper(task: str, row: str, length: int, metric: str) -> str:
+    if (task, row, length, metric) in rlt.PAPER:
+        mean, sd = rlt.PAPER[(task, row, length, metric)]
+        return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
+    return rlt.PAPER_NOTES.get((task, row, length), "–")
+
+
+def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: str = "cpu") -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt.atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
+    tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
+    labels = {row: rlt.row_label(row, scale) for row in rlt.ROWS}
+    for task in tasks:
+        plot_task(lengths, task, out / f"{task}.png", labels)
+    if tasks:
+        plot_feedback(lengths, tasks, out / "feedback.png", labels)
+
+
+def _aggregate(lengths: ResultTable, task: str) -> list[dict]:
+    records = [{**r, "length": int(r["length"]), **{m: float(r[m]) for m in METRICS}}
+               for r in lengths.rows if r["task"] == task]
+    return aggregate_over_seeds(records)
+
+
+def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str]) -> None:
+    """One panel per metric for S5 (Fig. 13: prefix-token, final-state, whole-sequence), else the headline."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = METRICS if task.startswith("s5") else (rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),)
+    table = _aggregate(lengths, task)
+    spec = rlt.TASKS[task]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        plot_length_curves(table, spec["name"], path, metric=metric, labels=labels, variant=spec.get("variant"),
+                           title=f"{task}: {metric.replace('_', ' ')}", ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: dict[str, str]) -> None:
+    """Fig. 8 style: the headline accuracy of every row across each task's test grid, one panel per task."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.0 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        spec = rlt.TASKS[task]
+        plot_length_curves(_aggregate(lengths, task), spec["name"], path, labels=labels, ax=ax,
+                           metric=rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),
+                           variant=spec.get("variant"), title=task)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- CLI entry ----------------------------------------------------------------------------------------------
+def reproduce(args) -> int:
+    """`looped reproduce rlt`: args.scale ("cpu" | "full"), args.seeds, args.rows, args.tasks, args.out,
+    args.runs, args.set (KEY=VALUE overrides for every run), args.no_progress. Prints the table."""
+    scale = getattr(args, "scale", "cpu") or "cpu"
+    out = Path(getattr(args, "out", None) or f"results/rlt_{scale}")
+    run_study(out, Path(getattr(args, "runs", None) or f"runs/{out.name}"), scale=scale,
+              seeds=tuple(getattr(args, "seeds", None) or rlt.SEEDS),
+              tasks=tuple(getattr(args, "tasks", None) or rlt.STUDY_TASKS),
+              rows=tuple(getattr(args, "rows", None) or rlt.STUDY_ROWS),
+              overrides=parse_overrides(getattr(args, "set", None) or []),
+              progress=not getattr(args, "no_progress", False))
+    print((out / "table.md").read_text())
+    return 0
+
+
+__all__ = ["reproduce", "run_config", "run_study", "table_markdown", "write_report"]

@@ -1,0 +1,205 @@
+"""Seed 003 commands: multi-turn continuation from a saved state (Appendix E) and length-grid evaluation.
+
+    looped continue RUN --state chat.safetensors --prompt "0110="     # new state: BOS, prompt, generate
+    looped continue RUN --state chat.safetensors --prompt "1="        # later: resumes exactly where it stopped
+    looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]
+
+A state file holds everything Appendix E lists for reuse at fixed weights: every encoder KV cache, the
+encoder memory, each decoder layer's SWA window, the feedback register, the consumed tokens and position,
+the sampler's random state, the model's configuration and a fingerprint of its weights. A token that was
+sampled but not yet consumed (generation stopped) is kept as `pending` and consumed first next time
+(Appendix F.2). A state saved by another model, another chunk size B or other weights is refused in one line.
+The file is written to a temporary name and renamed, so an interrupted call never leaves half a state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+STATE_KEY = "looped_rlt_state"
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 over the weights (name, dtype, shape, bytes): a state is only valid for the weights that built it."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()[:16]
+
+
+def save_state(path: Path, model, state, *, history: torch.Tensor, pending: torch.Tensor,
+               generator: torch.Generator) -> None:
+    """Write the complete continuation state to `path` atomically (safetensors, metadata as JSON)."""
+    from safetensors.torch import save_file
+
+    tensors, meta = model.state_to_tensors(state)
+    tensors = {f"state.{k}": v.cpu() for k, v in tensors.items()}
+    tensors.update(history=history.cpu(), pending=pending.cpu(), sampler=generator.get_state())
+    meta.update(weights=weights_fingerprint(model), format=1)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={STATE_KEY: json.dumps(meta)})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load_state(path: Path, model):
+    """(state, history, pending, generator) from a file written by save_state; ValueError (one line) when the
+    file is not a state or does not fit `model`."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            raw = (f.metadata() or {}).get(STATE_KEY)
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path}: not a readable state file ({str(err).splitlines()[0]})") from None
+    if raw is None:
+        raise ValueError(f"{path}: not a looped state file (no {STATE_KEY} metadata)")
+    meta = json.loads(raw)
+    try:  # architecture, shape, window, chunk size B ... (the model names the first field that differs)
+        state = model.state_from_tensors({k[len("state."):]: v for k, v in tensors.items() if k.startswith("state.")},
+                                         meta)
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"{path}: refusing a state from another model ({str(err).splitlines()[0]})") from None
+    if meta.get("weights") != weights_fingerprint(model):
+        raise ValueError(f"{path}: refusing a state from another model (weights {meta.get('weights')} in the state, "
+                         f"{weights_fingerprint(model)} here)")
+    generator = torch.Generator()
+    generator.set_state(tensors["sampler"])
+    return state, tensors["history"], tensors["pending"], generator
+
+
+def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new_tokens: int = 32,
+                          temperature: float = 1.0, seed: int = 0, stop_token: int | None = None) -> dict:
+    """Consume (pending +) prompt tokens, sample up to `max_new_tokens`, save the state; return what happened.
+
+    A new state file starts an independent sequence with BOS (H_0 = (s*, empty))."""
+    from .data.tasks.algorithmic import BOS, EOS
+    from .infer.generate import sample_next
+
+    if not hasattr(model, "state_to_tensors"):
+        raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
+    stop_token = EOS if stop_token is None else stop_token
+    model.eval()
+    state_path = Path(state_path)
+    if state_path.exists():
+        state, history, pending, generator = load_state(state_path, model)
+        feed = pending[0].tolist() + list(prompt)
+    else:
+        state, history, generator = model.init_state(1), torch.zeros(1, 0, dtype=torch.long), torch.Generator()
+        generator.manual_seed(seed)
+        feed = [BOS, *prompt]
+    if not feed:
+        raise ValueError("nothing to consume: give --prompt (the previous turn left no pending token)")
+    generated: list[int] = []
+    with torch.no_grad():
+        tokens = torch.tensor([feed], dtype=torch.long)
+        logits = model.decode(tokens, state)[:, -1]
+        history = torch.cat((history, tokens), dim=1)
+        for i in range(max_new_tokens):
+            token = int(sample_next(logits, temperature=temperature, generator=generator)[0])
+            generated.append(token)
+            if token == stop_token or i + 1 == max_new_tokens:
+                break  # the last sampled token stays pending: the state covers consumed tokens only (F.2)
+            step = torch.tensor([[token]])
+            logits = model.decode(step, state)[:, -1]
+            history = torch.cat((history, step), dim=1)
+    pending = torch.tensor([generated[-1:]], dtype=torch.long).view(1, -1)
+    save_state(state_path, model, state, history=history, pending=pending, generator=generator)
+    return {"generated": generated, "position": state.position, "pending": pending[0].tolist()}
+
+
+# --- commands ------------------------------------------------------------------------------------------------
+def _prompt_tokens(text: str) -> list[int]:
+    """Prompt text as byte tokens; <BOS>/<EOS>/... name the task specials (e.g. "<EOS>" to end a turn)."""
+    from .data.tasks.algorithmic import SPECIAL_TOKENS
+
+    tokens, rest = [], text
+    while rest:
+        for name, token in SPECIAL_TOKENS.items():
+            if rest.startswith(f"<{name}>"):
+                tokens.append(token)
+                rest = rest[len(name) + 2:]
+                break
+        else:
+            tokens.extend(rest[0].encode("utf-8"))
+            rest = rest[1:]
+    return tokens
+
+
+def cmd_continue(args) -> int:
+    from .train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
+    from .cli import resolve_checkpoint
+    from .data.tasks.algorithmic import decode_text
+    from .train import load_model
+
+    model, _ = load_model(resolve_checkpoint(args.run, args.which))
+    result = continue_conversation(model, Path(args.state), _prompt_tokens(args.prompt or ""),
+                                   max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    print(decode_text(result["generated"]))
+    print(f"state: {args.state} (position {result['position']}, pending {decode_text(result['pending'])})",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_lengths(args) -> int:
+    from .train import sequence  # noqa: F401  (first, see cmd_continue)
+    from .cli import resolve_checkpoint
+    from .eval.lengths import evaluate_lengths
+    from .train import load_model
+
+    model, config = load_model(resolve_checkpoint(args.run, args.which))
+    if config.task.kind != "sequence":
+        raise ValueError(f"{args.run}: trained on task kind {config.task.kind!r}, not an algorithmic sequence task")
+    records = evaluate_lengths(model, config.task.name, variant=config.task.variant, lengths=args.lengths,
+                               n=args.n, batch_size=args.batch_size,
+                               log=None if args.quiet else lambda m: print(m, file=sys.stderr))
+    text = json.dumps({"run": str(args.run), "task": config.task.name, "variant": config.task.variant,
+                       "lengths": records}, indent=2)
+    print(text)
+    if args.out:
+        from .train.checkpoint import atomic_write_text
+        atomic_write_text(Path(args.out), text + "\n")
+    return 0
+
+
+def register_cli(sub) -> None:
+    """Add `continue` and `lengths` to the `looped` sub-commands."""
+    p = sub.add_parser("continue", help="seed 003: continue a saved decode state (prefill, generate, save)")
+    p.add_argument("run", help="run folder or checkpoint folder (rlt / rlt0)")
+    p.add_argument("--state", required=True, help="state file (.safetensors); created when missing")
+    p.add_argument("--prompt", default="", help="text to consume first; <EOS>, <BOS>, <SEP> name specials")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed of a new state (saved with it)")
+    p.add_argument("--which", choices=["last", "best"])
+    p.set_defaults(func=cmd_continue)
+
+    p = sub.add_parser("lengths", help="seed 003: accuracy on the paper's test-length grid, as JSON")
+    p.add_argument("run", help="run folder or checkpoint folder trained with task kind `sequence`")
+    p.add_argument("--lengths", type=int, nargs="+", help="default: the task's grid")
+    p.add_argument("--n", type=int, help="rows per length (default 1,024; addition 256)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--which", choices=["last", "best"])
+    p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_lengths)
+
+
+__all__ = ["continue_conversation", "load_state", "register_cli", "save_state", "weights_fingerprint"]

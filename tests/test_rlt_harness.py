@@ -1,0 +1,307 @@
+"""Seed 003 harness: the `sequence` task kind through the real Trainer, the objectives (masked SFT, replayed
+policy gradients), length-grid evaluation, saved-state continuation, the bench and the study runner."""
+
+import argparse
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from looped.config import ConfigError
+from looped.data.tasks.algorithmic import BOS, EOS, EQUALS, PERMUTATION_TOKEN_BASE, ZERO, _THEN
+from looped.models import build_model, get_arch
+from looped.train import Trainer, load_model, load_run_config
+from looped.train import checkpoint as ckpt
+from looped.train.objectives import (leave_one_out_baseline, masked_sequence_loss, policy_gradient_loss,
+                                     pretraining_loss, replay_logprobs, sample_rollout)
+from looped.train.sequence import SequenceTask, curriculum_cap
+from looped.train.tasks import make_task
+
+TINY_RLT = dict(arch="rlt", dim=16, heads=2, ffn_dim=16, encoder_layers=1, decoder_layers=1, window=4,
+                context_length=128)
+
+
+def tiny_run(**task) -> dict:
+    return {"model": dict(TINY_RLT),
+            "task": {"kind": "sequence", "name": "parity", "train_lengths": [3, 8], "same_length_batches": True,
+                     "validation_lengths": [8], "validation_size": 32, **task},
+            "optim": {"lr": 1e-2, "warmup_steps": 2, "schedule": "cosine"},
+            "train": {"batch_size": 16, "micro_batch_size": 8, "max_steps": 24, "eval_every": 8, "select": "best",
+                      "log_every": 1, "threads": 1, "eval_batch_size": 32}}
+
+
+def quiet(message):
+    pass
+
+
+# --- the sequence task kind ----------------------------------------------------------------------------------
+def test_sequence_task_trains_through_the_trainer_and_resumes_bit_identically(tmp_path):
+    config = load_run_config(base=tiny_run())
+    Trainer(config, tmp_path / "straight", progress=False, log=quiet).run()
+    events = [json.loads(line) for line in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
+    losses = [e["loss"] for e in events if "loss" in e]
+    assert len(losses) == 24 and np.mean(losses[-4:]) < np.mean(losses[:4]) - 1.0  # from 5.6 (277-way) down
+    evals = [e for e in events if "val_loss" in e]
+    assert [e["step"] for e in evals] == [8, 16, 24]
+    assert all(0 <= e["val_final_state_accuracy"] <= 1 for e in evals)
+    best = min(evals, key=lambda e: (e["val_loss"], e["step"]))
+    assert json.loads((tmp_path / "straight/checkpoints/last/trainer.json").read_text())["best_step"] == best["step"]
+
+    Trainer(config, tmp_path / "split", progress=False, log=quiet).run(stop_after=11)  # killed mid-way
+    Trainer(config, tmp_path / "split", resume=True, progress=False, log=quiet).run()
+    a, _ = load_model(tmp_path / "straight/checkpoints/last")
+    b, _ = load_model(tmp_path / "split/checkpoints/last")
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), name
+    split_losses = [json.loads(line)["loss"] for line in (tmp_path / "split/metrics.jsonl").read_text().splitlines()
+                    if "loss" in json.loads(line)]
+    assert split_losses == losses
+
+
+def test_masked_targets_leave_the_loss_but_masked_tokens_update_the_state():
+    torch.manual_seed(0)
+    model = build_model(get_arch("rlt").config(**{k: v for k, v in TINY_RLT.items() if k != "arch"}))
+    config = load_run_config(base=tiny_run())
+    task = make_task(config, log=quiet)
+    batch = task.to(task.batch_at(0, 8), "cpu")  # parity: only the '=' position is scored
+    assert int(batch.loss_mask.sum()) == 8
+    loss = SequenceTask.loss(model, batch)
+    scrambled = batch.targets.clone()
+    scrambled[~batch.loss_mask] = torch.randint(0, 256, (int((~batch.loss_mask).sum()),))
+    assert torch.equal(masked_sequence_loss(model(batch.tokens), scrambled, batch.loss_mask), loss)
+    # flipping the first bit (an unscored token) changes the later logits through the state, and the loss
+    flipped = batch.tokens.clone()
+    flipped[:, 1] = 2 * ZERO + 1 - flipped[:, 1]
+    with torch.no_grad():
+        before, after = model(batch.tokens), model(flipped)
+    assert torch.equal(before[:, 0], after[:, 0])  # causal: position 0 never sees position 1
+    assert (before[:, -1] - after[:, -1]).abs().max() > 1e-6
+    # a gradient from the one scored target reaches the embedding of the unscored first bit
+    model.zero_grad()
+    SequenceTask.loss(model, batch).backward()
+    assert model.embed.weight.grad[int(batch.tokens[0, 1])].abs().sum() > 0
+    # eq. 24 normalises per example: rows with 1 and 3 targets weigh the same
+    logits = torch.randn(2, 4, 5)
+    targets = torch.randint(0, 5, (2, 4))
+    mask = torch.tensor([[0, 0, 0, 1], [0, 1, 1, 1]], dtype=torch.bool)
+    nll = -torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1)
+    expected = (nll[0, 3] + nll[1, 1:].mean()) / 2
+    assert torch.allclose(masked_sequence_loss(logits, targets, mask), expected)
+    tokens = torch.randint(0, 277, (3, 9))
+    full = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+    assert torch.allclose(pretraining_loss(model, tokens), full, atol=1e-6)  # eq. 23, equal lengths
+
+
+def test_length_curriculum_and_batch_composition():
+    assert [curriculum_cap(s, 1000, 8, 40, 0.5) for s in (0, 250, 499, 500, 999)] == [8, 24, 39, 40, 40]
+    assert curriculum_cap(0, 1000, None, 40, 0.5) == 40
+    config = load_run_config(base=tiny_run(train_lengths=None, curriculum_start=8, validation_lengths=[32]))
+    task = make_task(config, log=quiet)  # parity 3..40, 24 updates, ramp over the first 12
+    for step in (0, 6, 12, 23):
+        cap = curriculum_cap(step, 24, 8, 40, 0.5)
+        batch = task.batch_at(step, 16)
+        assert batch.difficulty.max() <= cap and batch.difficulty.min() >= 3
+        for group in (batch.difficulty[:8], batch.difficulty[8:]):  # one length per micro-batch
+            assert group.unique().numel() == 1
+        assert torch.equal(batch.tokens, task.batch_at(step, 16).tokens)  # a pure function of the step
+    mixed = make_task(load_run_config(base=tiny_run(name="mod5_flat", train_lengths=None, same_length_batches=False,
+                                                    validation_lengths=[33])), log=quiet)
+    lengths = torch.cat([mixed.batch_at(s, 16).difficulty for s in range(4)])
+    assert lengths.unique().numel() > 4 and bool((lengths % 2 == 1).all())  # per-row, odd lengths only
+    row = mixed.batch_at(0, 16)
+    assert torch.equal(row.loss_mask.sum(1), torch.ones(16, dtype=torch.long))
+    with pytest.raises(ConfigError, match="variant"):
+        load_run_config(base=tiny_run(name="s5", variant="rotations"))
+    with pytest.raises(ConfigError, match="train_lengths"):
+        load_run_config(base=tiny_run(train_lengths=[9, 3]))
+
+
+# --- length-grid evaluation --------------------------------------------------------------------------------
+class Oracle(torch.nn.Module):
+    """A fake LM that puts all its mass on the right answer of parity ('=' -> running parity) and S5
+    (running product): the evaluator must then report exactly 1.0."""
+
+    def forward(self, tokens):
+        logits = torch.full((*tokens.shape, 277), -10.0)
+        for i, row in enumerate(tokens.tolist()):
+            ones, state = 0, 0
+            for t, token in enumerate(row):
+                if token == BOS:
+                    continue
+                if PERMUTATION_TOKEN_BASE <= token < PERMUTATION_TOKEN_BASE + 120:
+                    state = int(_THEN[state, token - PERMUTATION_TOKEN_BASE])
+                    logits[i, t, PERMUTATION_TOKEN_BASE + state] = 10.0
+                else:
+                    ones += token == ZERO + 1
+                    if token == EQUALS:
+                        logits[i, t, ZERO + ones % 2] = 10.0
+        return logits
+
+
+def test_length_grid_evaluation(tmp_path):
+    from looped.eval.lengths import aggregate_over_seeds, evaluate_lengths, length_grid, plot_length_curves
+
+    assert length_grid("parity") == (32, 40, 48, 64, 96, 128, 192, 256)
+    assert length_grid("s5", variant="swaps")[-1] == 512 and length_grid("mod5_flat")[3] == 63
+    torch.manual_seed(0)
+    model = build_model(get_arch("rlt").config(**{k: v for k, v in TINY_RLT.items() if k != "arch"}))
+    records = evaluate_lengths(model, "parity", lengths=[32, 40], n=12, batch_size=5)
+    assert [r["length"] for r in records] == [32, 40] and all(r["sequences"] == 12 for r in records)
+    for r in records:
+        for metric in ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy"):
+            assert 0 <= r[metric] <= 1
+    for name, variant in (("parity", None), ("s5", "swaps")):
+        perfect = evaluate_lengths(Oracle(), name, variant=variant, lengths=[32, 48], n=8, batch_size=3)
+        assert all(r[m] == 1.0 for r in perfect for m in ("final_state_accuracy", "prefix_token_accuracy",
+                                                          "sequence_accuracy"))
+    s5 = evaluate_lengths(Oracle(), "s5", variant="swaps", lengths=[48], n=4)[0]
+    assert s5["scored_tokens"] == 4 * 48  # every prefix state scored
+    table = aggregate_over_seeds([{"row": "a", "length": 32, "final_state_accuracy": x} for x in (0.5, 0.7, 0.9)])
+    assert table[0]["n"] == 3 and math.isclose(table[0]["final_state_accuracy"], 0.7)
+    assert math.isclose(table[0]["final_state_accuracy_sd"], 0.2)  # sample SD (n - 1)
+    assert plot_length_curves(table, "parity", tmp_path / "p.png").exists()
+
+
+# --- policy gradients with replay --------------------------------------------------------------------------
+def test_replayed_policy_gradient_raises_a_toy_reward():
+    torch.manual_seed(0)
+    model = build_model(get_arch("rlt").config(**{**{k: v for k, v in TINY_RLT.items() if k != "arch"},
+                                                   "vocab_size": 8}))
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
+    target, prompts = 3, torch.tensor([[1, 2]]).repeat(32, 1)
+
+    def reward(rollout):  # fraction of the sampled tokens equal to the target symbol
+        return ((rollout.tokens == target) & rollout.action_mask).sum(1) / rollout.action_mask.sum(1)
+
+    def mean_reward():
+        rollout = sample_rollout(model, prompts.repeat(4, 1), 6, generator=torch.Generator().manual_seed(99))
+        return float(reward(rollout).mean())
+
+    before = mean_reward()
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        rollout = sample_rollout(model, prompts, 6, generator=generator)
+        rewards = reward(rollout)
+        for epoch in range(2):  # the second pass is off-policy: ratios != 1, replayed under the new weights
+            loss, stats = policy_gradient_loss(replay_logprobs(model, rollout), rollout, rewards)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if epoch == 0:  # the behaviour log-probs are the current policy's: every ratio is 1
+                assert abs(stats["mean_sequence_ratio"] - 1) < 1e-4
+    after = mean_reward()
+    assert after > before + 0.2, (before, after)
+    assert torch.equal(leave_one_out_baseline(torch.tensor([1.0, 0.0, 0.0])), torch.tensor([0.0, 0.5, 0.5]))
+
+
+# --- saved states through the CLI ----------------------------------------------------------------------------
+def write_checkpoint(folder, seed=0, **model):
+    from looped.train.config import RunConfig
+    from looped.config import from_dict
+
+    config = from_dict(RunConfig, {**tiny_run(), "model": {**TINY_RLT, **model}})
+    torch.manual_seed(seed)
+    net = build_model(config.model)
+    ckpt.write_folder_atomically(folder, {"config.json": ckpt.config_json(config),
+                                          "model.safetensors": net.state_dict()})
+    return folder
+
+
+def test_state_save_resume_and_refusal_through_the_cli(tmp_path, capsys):
+    from looped.rlt_cli import register_cli
+
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers(dest="command"))
+    run = write_checkpoint(tmp_path / "run")
+    state = tmp_path / "chat.safetensors"
+
+    def call(*argv):
+        args = parser.parse_args(["continue", str(run), "--state", str(state), "--temperature", "0", *argv])
+        return args.func(args)
+
+    assert call("--prompt", "0110=", "--max-new-tokens", "3") == 0
+    assert state.exists() and not list(tmp_path.glob(".chat*"))  # written atomically, no temporary left
+    assert call("--prompt", "1<EOS>", "--max-new-tokens", "2") == 0
+    from looped.rlt_cli import load_state
+    model, _ = load_model(run)
+    saved, history, pending, _ = load_state(state, model)
+    assert history[0, :6].tolist() == [BOS, *b"0110="] and saved.position == history.shape[1]
+    h = history[0].tolist()
+    assert any(h[i:i + 2] == [ord("1"), EOS] for i in range(6, len(h))) and pending.shape == (1, 1)  # 2nd turn
+    with torch.no_grad():  # the resumed state is the state of one uninterrupted pass over the history
+        full = model(torch.cat((history, pending), 1))[:, -1]
+        assert torch.allclose(model.decode(pending, saved)[:, -1], full, atol=1e-5)
+    out = capsys.readouterr()
+    assert "position" in out.err
+
+    other = write_checkpoint(tmp_path / "chunk4", feedback_interval=4)
+    args = parser.parse_args(["continue", str(other), "--state", str(state), "--prompt", "1"])
+    with pytest.raises(ValueError, match="feedback_interval") as err:
+        args.func(args)
+    assert "\n" not in str(err.value)
+    retrained = write_checkpoint(tmp_path / "retrained", seed=1)
+    args = parser.parse_args(["continue", str(retrained), "--state", str(state), "--prompt", "1"])
+    with pytest.raises(ValueError, match="weights"):
+        args.func(args)
+
+
+# --- bench, recipes, study ----------------------------------------------------------------------------------
+def test_bench_writes_json_at_tiny_size(tmp_path):
+    from looped.bench import rlt
+
+    parser = argparse.ArgumentParser()
+    rlt.add_arguments(parser)
+    out = tmp_path / "rlt.json"
+    args = parser.parse_args(["--intervals", "1", "4", "--dim", "16", "--heads", "2", "--ffn-dim", "16",
+                              "--encoder-layers", "1", "--decoder-layers", "1", "--batch", "2", "--seq", "8",
+                              "--rounds", "2", "--warmup", "1", "--prefill-lengths", "4", "8", "--contexts", "4",
+                              "--generation-steps", "2", "--out", str(out)])
+    assert rlt.main(args) == 0
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {"B=1", "B=4", "RLT-0"}
+    assert set(result["ratios"]) == {"rlt1_over_rlt0", "chunk4_over_rlt0"}
+    assert result["rows"]["B=1"]["memory"]["saved_for_backward_bytes"] > 0
+    assert result["profile_rlt1"]["top_ops"] and out.with_suffix(".png").exists()
+
+
+def test_shipped_recipes_are_the_generated_ones(tmp_path):
+    from looped.experiments import rlt
+
+    written = rlt.write_recipes(tmp_path)
+    shipped = {p.relative_to(tmp_path) for p in written}
+    root = ckpt.Path(__file__).resolve().parents[1] / "configs/rlt"
+    assert shipped == {p.relative_to(root) for p in root.rglob("*.yaml")}
+    for path in shipped:
+        assert (root / path).read_text() == (tmp_path / path).read_text(), path
+    full = load_run_config(root / "full/parity_rlt1.yaml")
+    assert (full.train.batch_size, full.train.micro_batch_size, full.optim.lr) == (512, 32, 1e-4)
+    assert load_run_config(root / "full/mod5_flat_rlt0.yaml").train.max_steps == 5000
+    cpu = yaml.safe_load((root / "cpu/parity_chunk4.yaml").read_text())
+    assert cpu["task"]["curriculum_start"] == 8 and cpu["model"]["feedback_interval"] == 4
+
+
+def test_study_runner_is_resumable_at_tiny_scale(tmp_path):
+    from looped.experiments import rlt_study
+
+    tiny = {"model": {"dim": 16, "heads": 2, "ffn_dim": 16},
+            "task": {"validation_size": 8},
+            "train": {"max_steps": 2, "eval_every": 1, "batch_size": 8, "log_every": 1}}
+    kwargs = dict(tasks=("parity",), rows=("rlt1", "baseline"), seeds=(42,), overrides=tiny, test_size=6,
+                  test_lengths={"parity": [32, 64]}, progress=False, log=quiet)
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    rlt_study.run_study(out, runs, **kwargs)
+    results = list(csv.DictReader(open(out / "results.csv")))
+    assert {(r["row"], r["status"]) for r in results} == {("rlt1", "ok"), ("baseline", "ok")}
+    lengths = list(csv.DictReader(open(out / "lengths.csv")))
+    assert sorted((r["row"], int(r["length"])) for r in lengths) == [("baseline", 32), ("baseline", 64),
+                                                                    ("rlt1", 32), ("rlt1", 64)]
+    table = (out / "table.md").read_text()
+    assert "RLT-1 2+2" in table and "same-length batches" in table and "100.00 ± 0.00" in table  # paper column
+    assert (out / "parity.png").exists() and (out / "feedback.png").exists()
+    before = (out / "results.csv").read_text(), (out / "lengths.csv").read_text()
+    rlt_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained or re-evaluated
+    assert ((out / "results.csv").read_text(), (out / "lengths.csv").read_text()) == before
