@@ -191,6 +191,10 @@ def cmd_reproduce(args) -> int:
         from .experiments import rlt_study
 
         return rlt_study.reproduce(args)
+    if args.paper == "drt":
+        from .experiments import drt_study
+
+        return drt_study.reproduce(args)
     from .experiments import clw, clw_study
 
     corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
@@ -272,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("reproduce", help="run a paper's grid of runs (resumable) and write tables and plots")
-    p.add_argument("paper", choices=["clw", "rlt"])
+    p.add_argument("paper", choices=["clw", "rlt", "drt"])
     p.add_argument("--scale", choices=["cpu", "full"], default="cpu")
     p.add_argument("--budget", choices=["small", "medium"], default="small", help="full scale only")
     p.add_argument("--seeds", type=int, nargs="+")
@@ -284,12 +288,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     _add_set(p)
     p.set_defaults(func=cmd_reproduce)
+    from .experiments.drt_study import add_reproduce_arguments as add_drt_reproduce_arguments
+
+    add_drt_reproduce_arguments(p)  # --archs, --alphas
 
     from .bench import register_cli
     from .rlt_cli import register_cli as register_rlt_cli
 
     register_cli(sub)
     register_rlt_cli(sub)  # looped continue, looped lengths
+    from .reasoning_cli import register_cli as register_reasoning_cli
+
+    register_reasoning_cli(sub)  # looped think, looped data show
     return parser
 
 

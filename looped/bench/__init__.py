@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import clw, ddp, decode, rlt, train
+from . import clw, ddp, decode, rlt, think, train
 from .decode import run_decode_bench
 from .train import run_train_bench
 
@@ -35,6 +35,8 @@ BENCHES: dict[str, Bench] = {
     "ddp": Bench("DDP loss curve against one process at the same global batch", ddp.add_arguments, ddp.main),
     "rlt": Bench("seed 003: feedback interval B sweep vs RLT-0 (step time, prefill, generation, memory, profile)",
                  rlt.add_arguments, rlt.main),
+    "think": Bench("seed 002: depth-recurrent core vs horizontal chain of thought (peak memory, latency vs T)",
+                   think.add_arguments, think.main),
     "clw": Bench("seed 000 rows side by side: training step time and decoding speed", clw.add_arguments, clw.main),
 }
 

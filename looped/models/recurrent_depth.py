@@ -347,6 +347,7 @@ class DepthRecurrentCore(ReasoningModel):
             h, z = self.step(h, t, mask)
             if z is not None:
                 gate_means.append(masked_mean(z.detach(), real))
+            z = None  # drop the gate before the next step: inference memory stays flat in T
             if return_all or t == steps - 1:  # the readout of other steps is only needed for return_all
                 logits.append(self.readout(h, batch))
         self.last_gate_means = torch.stack(gate_means) if gate_means else None

@@ -50,7 +50,7 @@ def make_task(config, log=print):
 
 def _load_builtin() -> None:
     """Kinds defined outside this module register themselves on import."""
-    from . import sequence  # noqa: F401  (seed 003 algorithmic tasks)
+    from . import reasoning, sequence  # noqa: F401  (seed 002 reasoning, seed 003 algorithmic tasks)
 
 
 class LMTask:

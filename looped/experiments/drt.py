@@ -1,0 +1,135 @@
+"""Seed 002 (DRT): the shipped recipes, the paper's reported numbers, and the YAML files under configs/drt.
+
+Full scale (configs/drt/full/<task>.yaml, SPEC §2's table, for GPU users):
+  graph   d 128 / 4 heads / FFN 256, 20 depth rows, T 5-8,  batch 64,  40 epochs of 12,000 rows (7,500 updates)
+  logic   d 256 / 8 heads / FFN 1024, 28 depth rows, T 4-16, batch 128, 30 epochs of 64,000 rows (15,000 updates)
+  family  d 256 / 8 heads / FFN 1024, 20 depth rows, T 1-12, batch 128, 40 epochs of 60,000 rows (18,750 updates)
+  AdamW lr 3e-4, weight decay 1e-2 (on linear weight matrices, see trainer.param_groups), betas (0.9, 0.999)
+  (the paper names none: PyTorch's default), cosine to 0 over all updates, no warm-up, clip 1.0.
+
+CPU scale (configs/drt/cpu/<task>.yaml, 2 shared cores, one thread per run):
+  graph   exactly the full recipe (205,441 parameters): ~0.22 s/update, ~28 min per run.
+  logic   width 256 -> 64 (4 heads, FFN 256), batch 32, 48,000 rows seen (0.75 of an epoch of the same
+          64,000-row training set, 1,500 updates); the full model costs 8-50 s per update here.
+  family  width 256 -> 64 (4 heads, FFN 256), batch 64, 120,000 rows seen (2 epochs of the same 60,000 rows,
+          1,875 updates).
+  Everything else (data sets, difficulties, T ranges, depth rows, LayerScale, gate, optimiser, schedule, test
+  buckets and budgets) is the paper's. Logic and family are budgeted for ~13-16 min of training on the loaded
+  machine (0.5 s/update measured for both), leaving room for the test grid and the depth-embedding diagnostic
+  (on CPU_DIAGNOSTIC_PER_BUCKET rows per bucket) within 20 minutes.
+
+`looped.experiments.drt_study` trains these for seeds 42, 43, 44 and reports against PAPER below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from ..config import from_dict, merge
+
+SEEDS = (42, 43, 44)
+# Recipe names -> data task names (the paper says "nested boolean" / "logic" for the boolean task).
+TASKS = {"graph": "graph", "logic": "boolean", "family": "family"}
+DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth"}
+
+OPTIM = {"lr": 3.0e-4, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 1.0e-2, "grad_clip": 1.0,
+         "schedule": "cosine", "warmup_steps": 0, "min_lr": 0.0}
+
+# SPEC §2: batch, epochs, training rows
+FULL_SCHEDULE = {"graph": (64, 40, 12_000), "logic": (128, 30, 64_000), "family": (128, 40, 60_000)}
+# CPU: (batch, rows seen, model overrides); see the module docstring
+CPU_WIDTH = {"dim": 64, "heads": 4, "ffn_dim": 256}
+CPU_SCHEDULE = {"graph": (64, 40 * 12_000, {}), "logic": (32, 48_000, CPU_WIDTH), "family": (64, 120_000, CPU_WIDTH)}
+CPU_DIAGNOSTIC_PER_BUCKET = 200  # test rows per bucket for the depth-embedding diagnostic at CPU scale
+
+# Seed 002 Table 3 / SPEC §2: 3-seed means, ID / OOD accuracy (%), best over sufficient step budgets.
+PAPER = {
+    ("drt", "graph"): (100, 75), ("drt", "logic"): (100, 96), ("drt", "family"): (84, 61),
+    ("drt_tied", "graph"): (100, 71), ("drt_tied", "logic"): (100, 97), ("drt_tied", "family"): (82, 62),
+    ("ut_act", "graph"): (100, 62), ("ut_act", "logic"): (97, 91), ("ut_act", "family"): (82, 57),
+    ("fixed_transformer", "graph"): (100, 57), ("fixed_transformer", "logic"): (100, 97),
+    ("fixed_transformer", "family"): (81, 58),
+    ("gnn", "graph"): (100, 51),
+}
+# Table 4 (graph, d = 128): step-1 accuracy on 12-hop queries
+PAPER_STEP1_12HOP = {0.0: 0.50, 1.0: (0.64, 0.69)}
+PAPER_NOTES = {
+    "graph": "seed 42 heatmap: >= h steps solve h <= 8 hops (~100 %), one step fewer is chance; 10 and 12 hops "
+             "at chance",
+    "logic": ">= 0.90 at depth 14 with >= 10 steps; no degradation up to 24 steps",
+    "family": "depth 5: 0.70 (1 step) -> 0.82 (12 steps); depths 6-7 ~0.66; depth 9 ~0.54",
+}
+
+
+def model_section(task: str, arch: str = "drt", **overrides) -> dict:
+    """The paper's model config of `arch` for recipe `task` (graph / logic / family), as a plain dict."""
+    from ..models import get_arch
+
+    config = get_arch(arch).config_cls.for_task(TASKS[task], **overrides)
+    return dataclasses.asdict(config)
+
+
+def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[0], alpha: float = 0.0) -> dict:
+    """The whole run config (model, task, optim, train) of one recipe as a dict."""
+    if task not in TASKS:
+        raise ValueError(f"unknown DRT recipe {task!r} (known: {', '.join(TASKS)})")
+    if scale == "full":
+        batch, epochs, rows = FULL_SCHEDULE[task]
+        seen, width = epochs * rows, {}
+    elif scale == "cpu":
+        batch, seen, width = CPU_SCHEDULE[task]
+    else:
+        raise ValueError(f"unknown scale {scale!r} (full or cpu)")
+    model = model_section(task, arch, **{k: v for k, v in width.items() if k != "heads" or arch != "gnn"})
+    updates_per_eval = max(1, seen // batch // 10)  # ten validations per run
+    return {
+        "model": model,
+        "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0},
+        "optim": dict(OPTIM),
+        "train": {"seed": seed, "batch_size": batch, "max_targets": seen, "eval_every": updates_per_eval,
+                  "eval_batch_size": 256, "select": "last", "log_every": 50,
+                  "threads": 1 if scale == "cpu" else None},
+    }
+
+
+def run_config(task: str, scale: str = "cpu", arch: str = "drt", seed: int = SEEDS[0], alpha: float = 0.0,
+               overrides: dict | None = None):
+    """A validated RunConfig of one recipe (+ overrides, merged over it)."""
+    from ..train import RunConfig
+    from ..train import reasoning  # noqa: F401  (registers task kind "reasoning")
+
+    return from_dict(RunConfig, merge(recipe(task, scale, arch, seed, alpha), overrides or {}))
+
+
+def describe(task: str, scale: str) -> str:
+    if scale == "full":
+        batch, epochs, rows = FULL_SCHEDULE[task]
+        return (f"seed 002 {task}, full recipe (SPEC §2): batch {batch}, {epochs} epochs x {rows:,} rows = "
+                f"{epochs * rows:,} rows seen ({epochs * rows // batch:,} updates)")
+    batch, seen, width = CPU_SCHEDULE[task]
+    size = FULL_SCHEDULE[task][2]
+    scaled = f"width {width['dim']} (paper 256), " if width else "the paper's exact model, "
+    return (f"seed 002 {task}, CPU scale: {scaled}batch {batch}, {seen:,} rows seen = {seen / size:g} epochs of "
+            f"the {size:,}-row training set ({-(-seen // batch):,} updates)")
+
+
+def write_configs(root: Path = Path("configs/drt")) -> list[Path]:
+    """configs/drt/{full,cpu}/{graph,logic,family}.yaml."""
+    from ..models import build_model
+
+    written = []
+    for scale in ("full", "cpu"):
+        for task in TASKS:
+            config = recipe(task, scale)
+            params = build_model(run_config(task, scale).model).parameter_counts()["total"]
+            path = Path(root) / scale / f"{task}.yaml"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            header = (f"# {describe(task, scale)}; {params:,} parameters.\n"
+                      f"# train.max_targets counts rows (one label per row): epochs x training rows.\n"
+                      f"# Generated by looped.experiments.drt.write_configs. Run: looped train {path} --out runs/...\n")
+            path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+            written.append(path)
+    return written

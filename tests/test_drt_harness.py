@@ -1,0 +1,382 @@
+"""Seed 002 (DRT) harness: task kind "reasoning" in the Trainer, evaluation grid and analyses, `looped think`,
+`looped data show`, the think benchmark and the resumable study runner, all at tiny sizes."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import looped.train.reasoning as rtask  # registers task kind "reasoning"
+from looped import reasoning_cli
+from looped.bench import think as think_bench
+from looped.config import from_dict
+from looped.data.tasks import get_task
+from looped.eval.reasoning import (AccuracyGrid, beyond_range_grids, depth_embedding_diagnostic, depth_embedding_variant, evaluate_grid,
+                                   id_ood, logits_by_budget, shortcut_accuracy, sufficient_budgets)
+from looped.experiments import drt, drt_study
+from looped.models import build_model
+from looped.train import RunConfig, Trainer, load_run_config
+
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_GRAPH_MODEL = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2,
+                    "ffn_dim": 32, "depth_rows": 8, "steps_range": [2, 4], "layer_scale": None, "dropout": 0.0}
+
+
+def tiny_config(**sections) -> dict:
+    config = {
+        "model": dict(TINY_GRAPH_MODEL),
+        "task": {"kind": "reasoning", "name": "graph", "train_size": 128, "val_size": 32, "train_difficulties": [1, 2],
+                 "eval_steps": [1, 2, 4, 6], "test_difficulties": [1, 2, 3], "test_per_bucket": 12},
+        "optim": {"lr": 1e-2, "weight_decay": 1e-2, "schedule": "cosine", "betas": [0.9, 0.999]},
+        "train": {"seed": 1, "batch_size": 32, "max_steps": 40, "log_every": 1, "eval_every": 20, "threads": 1},
+    }
+    for name, values in sections.items():
+        config[name] = {**config.get(name, {}), **values}
+    return config
+
+
+def trainer(config: dict, out: Path, **kw) -> Trainer:
+    return Trainer(from_dict(RunConfig, config), out, progress=False, log=lambda m: None, **kw)
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(e["step"], e["loss"]) for e in events if "loss" in e]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """One tiny graph model trained for 40 updates, shared by the tests that need a trained run."""
+    out = tmp_path_factory.mktemp("drt") / "run"
+    trainer(tiny_config(), out).run()
+    return out
+
+
+def tiny_model(**overrides):
+    config = from_dict(RunConfig, tiny_config(model=overrides)).model
+    return build_model(config).eval()
+
+
+# ============================================================================ training
+
+
+def test_training_lowers_the_loss_and_reports_accuracy(trained_run):
+    curve = [loss for _, loss in losses(trained_run)]
+    assert len(curve) == 40
+    assert statistics.fmean(curve[-5:]) < statistics.fmean(curve[:5]) - 0.05
+    evals = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()
+             if "val_loss" in line]
+    assert [e["step"] for e in evals] == [20, 40]
+    assert all(0.0 <= e["val_accuracy"] <= 1.0 and e["val_steps"] == 4 for e in evals)  # T = top of [2, 4]
+
+
+def test_resume_is_bit_identical(tmp_path):
+    config = tiny_config(train={"max_steps": 12, "eval_every": 4, "micro_batch_size": 16},
+                         task={"alpha": 0.5})  # alpha > 0: every step's logits enter the loss
+    trainer(config, tmp_path / "straight").run()
+    trainer(config, tmp_path / "split").run(stop_after=5)
+    trainer(config, tmp_path / "split", resume=True).run()
+    assert losses(tmp_path / "straight") == losses(tmp_path / "split")
+    a = load_file(str(tmp_path / "straight/checkpoints/last/model.safetensors"))
+    b = load_file(str(tmp_path / "split/checkpoints/last/model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_batches_walk_epochs_without_replacement_with_deterministic_depths():
+    config = from_dict(RunConfig, tiny_config(task={"train_size": 40}))
+    task = rtask.ReasoningTrainTask(config, log=lambda m: None)
+    batches = [task.global_batch(16) for _ in range(5)]  # 80 rows = exactly two epochs
+    keys = [task.task.row_key(b.rows, i) for b in batches for i in range(len(b))]
+    all_keys = [task.task.row_key(task.train_rows, i) for i in range(40)]
+    assert sorted(keys[:40]) == sorted(all_keys) and sorted(keys[40:]) == sorted(all_keys)
+    assert keys[:40] != keys[40:]  # a fresh permutation each epoch
+    assert all(2 <= b.steps <= 4 for b in batches) and len({b.steps for b in batches}) > 1
+    # a task restored from the state dict continues with exactly the same rows and depth
+    again = rtask.ReasoningTrainTask(config, log=lambda m: None)
+    again.load_state_dict(json.loads(json.dumps(task.state_dict())))
+    mine, theirs = task.global_batch(16), again.global_batch(16)
+    assert mine.steps == theirs.steps and torch.equal(mine.rows.tokens, theirs.rows.tokens)
+    assert torch.equal(mine.rows.extras["adjacency"], theirs.rows.extras["adjacency"])
+
+
+def test_splits_have_spec_sizes_and_are_disjoint():
+    tc = from_dict(RunConfig, tiny_config(task={"train_size": None, "train_difficulties": None, "val_size": 200,
+                                                "test_per_bucket": 20, "test_difficulties": [1, 6]})).task
+    task, train_rows, val = rtask.training_data(tc)
+    assert len(train_rows) == 12_000  # SPEC §2: 12,000 graphs, hops 1..5 in equal shares
+    assert np.bincount(train_rows.difficulty.numpy()).tolist()[1:] == [2_400] * 5
+    test = rtask.test_rows(tc, train_rows, val)
+    train_keys, val_keys, test_keys = task.keys(train_rows), task.keys(val), task.keys(test)
+    assert len(val_keys) == len(val) and not val_keys & train_keys
+    assert len(test) == 40 and not test_keys & (train_keys | val_keys)
+
+
+def test_boolean_validation_drops_rows_seen_in_training():
+    tc = from_dict(RunConfig, tiny_config(task={"name": "boolean", "train_size": 400, "val_size": 400,
+                                                "train_difficulties": [1]},
+                                          model=drt.model_section("logic", dim=16, heads=2, ffn_dim=32))).task
+    task, train_rows, val = rtask.training_data(tc)
+    assert len(val) < 400 and not task.keys(val) & task.keys(train_rows)  # few distinct depth-1 expressions
+
+
+def test_shipped_recipes_load_and_train_through_the_cli(tmp_path, capsys):
+    from looped.cli import main
+
+    for scale in ("full", "cpu"):
+        for name in ("graph", "logic", "family"):
+            config = load_run_config(REPO / f"configs/drt/{scale}/{name}.yaml")
+            assert config.task.kind == "reasoning" and config.task.name == drt.TASKS[name]
+            assert config.optim.lr == 3e-4 and config.optim.weight_decay == 1e-2 and config.optim.warmup_steps == 0
+    full = load_run_config(REPO / "configs/drt/full/graph.yaml")
+    assert build_model(full.model).parameter_counts()["total"] == 205_441
+    assert full.train.max_targets // full.train.batch_size == 7_500  # 40 epochs x 12,000 rows / 64
+    code = main(["train", str(REPO / "configs/drt/cpu/graph.yaml"), "--out", str(tmp_path / "run"), "--no-progress",
+                 "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.ffn_dim=32",
+                 "--set", "task.train_size=64", "--set", "task.val_size=16", "--set", "train.max_targets=128",
+                 "--set", "train.eval_every=0"])
+    out = capsys.readouterr().out
+    assert code == 0 and json.loads(out[out.index("\n{") + 1:])["step"] == 2  # after the trainer's log line
+
+
+def test_config_errors_are_clear():
+    with pytest.raises(ValueError, match="hard_negatives applies to the graph task only"):
+        from_dict(RunConfig, tiny_config(task={"name": "boolean", "hard_negatives": True}))
+    with pytest.raises(ValueError, match="task_kind"):
+        trainer(tiny_config(task={"name": "family"}), Path("/nonexistent/x")).run()
+
+
+# ============================================================================ evaluation
+
+
+def small_test_set():
+    task = get_task("graph")
+    return task.test_set(7, per_bucket=6, difficulties=[1, 2, 4])
+
+
+def test_grid_shape_csv_and_single_pass_equals_per_budget_calls(tmp_path):
+    model = tiny_model()
+    test = small_test_set()
+    grid = evaluate_grid(model, test, [4, 1, 2], batch_size=5)
+    assert grid.budgets == [1, 2, 4] and grid.difficulties == [1, 2, 4]
+    assert grid.accuracy.shape == (3, 3) and grid.rows.tolist() == [6, 6, 6]
+    assert ((grid.accuracy >= 0) & (grid.accuracy <= 1)).all()
+    assert grid.gate_means is not None and len(grid.gate_means) == 4
+    path = grid.write_csv(tmp_path / "grid.csv")
+    rows = list(csv.DictReader(open(path)))
+    assert len(rows) == 9 and set(rows[0]) == {"steps", "difficulty", "accuracy", "rows"}
+    again = AccuracyGrid.read_csv(path)
+    assert again.budgets == grid.budgets and np.allclose(again.accuracy, grid.accuracy, atol=1e-6)
+    with torch.no_grad():  # the core's step t does not depend on the total budget
+        fast = logits_by_budget(model, test, [1, 2, 4])
+        for t in (1, 2, 4):
+            assert torch.allclose(fast[t], model(test, t), atol=1e-5)
+
+
+def test_sufficient_budgets_and_id_ood_on_a_hand_made_grid():
+    budgets, difficulties = [1, 2, 4, 8], [1, 2, 4, 6, 10]
+    accuracy = np.array([
+        # d=1  d=2  d=4  d=6  d=10
+        [0.9, 0.5, 0.5, 0.9, 0.5],  # T=1: d=6 looks great here, but 1 step is not sufficient for 6 hops
+        [1.0, 0.8, 0.5, 0.5, 0.5],  # T=2
+        [0.9, 1.0, 0.7, 0.9, 0.6],  # T=4
+        [0.9, 0.9, 0.9, 0.7, 0.6],  # T=8
+    ])
+    grid = AccuracyGrid(budgets, difficulties, accuracy, np.full(5, 100))
+    assert sufficient_budgets(4, budgets) == [4, 8] and sufficient_budgets(10, budgets) == [8]
+    result = id_ood(grid, trained_difficulties=(1, 4))
+    assert result["best"] == {1: 1.0, 2: 1.0, 4: 0.9, 6: 0.7, 10: 0.6}
+    assert result["best_steps"] == {1: 2, 2: 4, 4: 8, 6: 8, 10: 8}
+    assert result["id_difficulties"] == [1, 2, 4] and result["ood_difficulties"] == [6, 10]
+    assert result["id"] == pytest.approx((1.0 + 1.0 + 0.9) / 3) and result["ood"] == pytest.approx(0.65)
+    assert shortcut_accuracy(grid, difficulty=10) == 0.5 and shortcut_accuracy(grid, difficulty=12) is None
+
+
+def test_depth_embedding_variants_change_only_untrained_rows():
+    model = tiny_model()
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = {}
+    for variant in ("baseline", "zeros", "clamp", "reinit0", "reinit1"):
+        copy_ = depth_embedding_variant(model, variant, trained_steps=4)
+        state = copy_.state_dict()
+        assert all(torch.equal(state[k], original[k]) for k in original if k != "depth_embedding.weight")
+        table = state["depth_embedding.weight"]
+        assert torch.equal(table[:4], original["depth_embedding.weight"][:4])
+        rows[variant] = table[4:]
+    assert torch.equal(rows["baseline"], original["depth_embedding.weight"][4:])
+    assert torch.equal(rows["zeros"], torch.zeros_like(rows["zeros"]))
+    assert torch.equal(rows["clamp"], original["depth_embedding.weight"][3].expand(4, -1))
+    assert not torch.equal(rows["reinit0"], rows["reinit1"])
+    assert torch.equal(rows["reinit0"], depth_embedding_variant(model, "reinit0", 4).depth_embedding.weight[4:])
+    assert all(torch.equal(v, original[k]) for k, v in model.state_dict().items())  # the model itself untouched
+    test = small_test_set()
+    shared = beyond_range_grids(model, test, [6, 8], 4, ("baseline", "zeros", "reinit1"), batch_size=7)
+    for variant, grid in shared.items():  # the shared-prefix shortcut equals evaluating each variant in full
+        full = evaluate_grid(depth_embedding_variant(model, variant, 4), test, [6, 8], batch_size=7)
+        assert np.array_equal(grid.accuracy, full.accuracy) and grid.difficulties == full.difficulties
+    result = depth_embedding_diagnostic(model, test, [1, 2, 4, 6, 8], trained_steps=4,
+                                        variants=("baseline", "zeros", "clamp"))
+    assert result["budgets"] == [6, 8] and result["variants"]["baseline"]["change"] == 0.0
+    assert set(result["variants"]) == {"baseline", "zeros", "clamp"} and result["max_abs_change"] >= 0.0
+
+
+# ============================================================================ command line
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = reasoning_cli.cli([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_think_prints_answer_and_confidence_per_budget(trained_run, capsys):
+    code, out, err = run_cli(capsys, "think", trained_run, "--input", "nodes=5; A>B, B>C, D>E ? A C",
+                             "--steps", "1,2,4")
+    assert code == 0 and not err
+    lines = out.strip().splitlines()
+    assert "reference answer: reachable (difficulty 2)" in out and "trained with T in 2..4" in out
+    table = lines[-3:]
+    assert [int(line.split()[0]) for line in table] == [1, 2, 4]
+    for line in table:
+        steps, answer, confidence = line.split()
+        assert answer in ("reachable", "unreachable") and 0.5 <= float(confidence) <= 1.0
+    code, default_out, _ = run_cli(capsys, "think", trained_run, "--input", "A>B ? A B")
+    assert code == 0 and [int(l.split()[0]) for l in default_out.strip().splitlines()[3:]] == [1, 2, 4, 6]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--input", "A>b ? A b"], "unknown node 'b'"),
+    (["--input", "A>B ? A A"], "source and target are the same node"),
+    (["--input", "A>B ? A B", "--steps", "1,x"], "--steps: expected comma-separated integers"),
+    (["--input", "A>B ? A B", "--steps", "99"], "depth_rows"),
+])
+def test_think_errors_are_one_line(trained_run, capsys, argv, needle):
+    code, out, err = run_cli(capsys, "think", trained_run, *argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and not out
+
+
+def test_think_refuses_a_missing_or_non_reasoning_run(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "think", tmp_path / "nope", "--input", "A>B ? A B")
+    assert code == 2 and "no such run" in err and len(err.strip().splitlines()) == 1
+
+
+def test_data_show_prints_examples(capsys):
+    code, out, _ = run_cli(capsys, "data", "show", "graph", "--n", "2", "--difficulty", "3", "--hard-negatives")
+    assert code == 0 and out.count("--- graph example") == 2 and out.count("label:") == 2 and "bucket 3 hops" in out
+    code, out, _ = run_cli(capsys, "data", "show", "boolean", "--n", "3")
+    assert code == 0 and out.count("--- boolean example") == 3 and "depth" in out
+    code, out, _ = run_cli(capsys, "data", "show", "family", "--n", "1", "--difficulty", "4")
+    assert code == 0 and "query:" in out and "chain depth 4" in out
+    code, out, _ = run_cli(capsys, "data", "show", "parity", "--n", "1", "--difficulty", "5")
+    assert code == 0 and "--- parity example 1" in out
+    code, out, err = run_cli(capsys, "data", "show", "boolean", "--hard-negatives")
+    assert code == 2 and "graph task only" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, "data", "show", "graph", "--difficulty", "30")
+    assert code == 2 and "hops must be in" in err and len(err.strip().splitlines()) == 1
+
+
+def test_register_cli_adds_show_to_an_existing_data_command():
+    from looped.cli import build_parser
+
+    parser = build_parser()
+    sub = reasoning_cli._subparsers_of(parser)
+    if "think" not in sub.choices:  # not wired into looped.cli yet: wire it here as cli.py will
+        reasoning_cli.register_cli(sub)
+    args = parser.parse_args(["data", "show", "family", "--n", "2"])
+    assert args.func is reasoning_cli.cmd_data_show and args.n == 2
+    assert parser.parse_args(["data", "info", "x.yaml"]).config == ["x.yaml"]  # the existing sub-command stays
+    args = parser.parse_args(["think", "runs/x", "--input", "T&F", "--steps", "1,2"])
+    assert args.func is reasoning_cli.cmd_think
+
+
+# ============================================================================ benchmark
+
+
+def test_live_tensor_bytes_counts_new_storages_once():
+    a = torch.randn(50, 40)
+    with torch.no_grad(), think_bench.LiveTensorBytes() as tracker:
+        b = a @ a.t()  # new: 50 x 50 floats; a.t() is a view of a pre-existing tensor
+        b.relu_()  # in place: nothing new
+        c = b.view(-1)  # view: nothing new
+        del b, c
+        d = torch.ones(10)
+    assert tracker.peak == 50 * 50 * 4 and tracker.live == 10 * 4
+
+
+def test_think_bench_writes_json_and_plot(tmp_path):
+    out = tmp_path / "think.json"
+    think_bench.run_think_bench(dim=16, heads=2, ffn_dim=32, length=8, layers=2, steps=(1, 2, 4), batches=(1, 3),
+                                repeats=1, threads=1, out=out, log=lambda m: None)
+    data = json.loads(out.read_text())
+    assert {"bench", "shape", "core", "cot", "crossover", "goals", "method", "environment", "plot"} <= set(data)
+    assert Path(data["plot"]).exists()
+    assert {(r["batch"], r["steps"]) for r in data["core"]["runs"]} == {(b, t) for b in (1, 3) for t in (1, 2, 4)}
+    for run in data["cot"]["runs"]:
+        assert run["kv_cache_bytes"] == run["kv_cache_bytes_formula"] == 2 * run["batch"] * run["steps"] * 2 * 16 * 4
+        assert run["median_s"] > 0 and run["peak_bytes"] > 0
+    for run in data["core"]["runs"]:
+        assert run["footprint_bytes"] == data["core"]["parameter_bytes"] + run["peak_bytes"] > 0
+    assert set(data["crossover"]) == {"1", "3"} and data["goals"]["kv_cache_linear"]["met"] is True
+    assert set(data["goals"]) == {"core_memory_flat", "core_latency_linear", "kv_cache_linear"}
+    assert set(data["goals"]["core_memory_flat"]["relative_change_max_vs_second_smallest_steps"]) == {"1", "3"}
+
+
+def test_bench_cli_options():
+    parser = argparse.ArgumentParser()
+    think_bench.add_arguments(parser)
+    args = parser.parse_args(["--steps", "1,4", "--batches", "2"])
+    assert args.steps == [1, 4] and args.batches == [2] and args.layers == 24
+
+
+# ============================================================================ study
+
+
+def test_study_runner_is_resumable(tmp_path, monkeypatch):
+    tiny = {"model": {"dim": 16, "heads": 2, "ffn_dim": 32},
+            "task": {"train_size": 128, "val_size": 16, "test_per_bucket": 8, "test_difficulties": [1, 2, 6, 12],
+                     "eval_steps": [1, 2, 8, 12]},
+            "train": {"max_targets": 128, "eval_every": 0}}
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    kwargs = dict(tasks=("graph",), seeds=(42,), alphas=(0.0, 1.0), overrides=tiny, progress=False,
+                  log=lambda m: None, diagnostic_per_bucket=4)
+    drt_study.run_study(out, runs, **kwargs)
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["alpha"], r["status"]) for r in rows] == [("0.0", "ok"), ("1.0", "ok")]
+    assert all(r["updates"] == "2" and r["step1_12hop"] and r["id_accuracy"] and r["ood_accuracy"] for r in rows)
+    for name in ("table.md", "heatmap_graph_drt.png", "heatmap_graph_drt_a1.png", "gates.csv", "gates.png",
+                 "diagnostic.csv", "grids/graph_drt_seed42.csv", "grids/graph_drt_a1_seed42.csv"):
+        assert (out / name).exists(), name
+    table = (out / "table.md").read_text()
+    assert "| graph | drt | 0.0 |" in table and "100 / 75" in table and "Table 4" in table
+    variants = {r["variant"] for r in csv.DictReader(open(out / "diagnostic.csv"))}
+    assert variants == {"baseline", "zeros", "clamp", "reinit0", "reinit1", "reinit2"}
+    grid = AccuracyGrid.read_csv(out / "grids/graph_drt_seed42.csv")
+    assert grid.budgets == [1, 2, 8, 12] and grid.difficulties == [1, 2, 6, 12]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    before = (out / "results.csv").read_text()
+    monkeypatch.setattr(drt_study, "Trainer", no_training)
+    drt_study.run_study(out, runs, **kwargs)
+    assert (out / "results.csv").read_text() == before
+    # the same study through `looped reproduce drt` (its parser as looped.cli builds it, plus the DRT options)
+    from looped.cli import build_parser
+
+    parser = build_parser()
+    reproduce = reasoning_cli._subparsers_of(parser).choices["reproduce"]
+    drt_study.add_reproduce_arguments(reproduce)
+    argv = ["reproduce", "clw", "--seeds", "42", "--alphas", "0", "1", "--out", str(out), "--runs", str(runs),
+            "--no-progress"]
+    assert drt_study.reproduce(parser.parse_args([*argv, "--tasks", "graph"])) == 0
+    assert (out / "results.csv").read_text() == before
+    with pytest.raises(ValueError, match="unknown DRT recipe 'parity'"):
+        drt_study.reproduce(parser.parse_args([*argv, "--tasks", "parity"]))
