@@ -8,16 +8,15 @@ never trained again; an interrupted run resumes from its last checkpoint.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from ..config import from_dict, merge
 from ..data import load_streams, to_blocks
 from ..eval import evaluate_lm
-from ..train import RunConfig, Trainer, TrainingError, load_model
+from ..train import RunConfig, TrainingError, load_model
 from ..train import checkpoint as ckpt
 from . import clw
-from .results import ResultTable, format_mean_sd, mean_sd
+from .results import ResultTable, format_mean_sd, mean_sd, train_one
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
@@ -39,19 +38,6 @@ def run_config(row: str, corpus: str, seed: int, overrides: dict | None = None, 
     data = {"model": clw.model_section(budget, row, ffn_dim), **recipe, "data": data_section[corpus]}
     data = merge(data, {"train": {"seed": seed}})
     return from_dict(RunConfig, merge(data, overrides or {}))
-
-
-def train_one(config: RunConfig, folder: Path, progress: bool, log) -> float:
-    """Train (or resume) one run to its budget; returns seconds spent here."""
-    last = folder / "checkpoints" / "last"
-    if ckpt.is_checkpoint(last):
-        import json
-        meta = json.loads((last / "trainer.json").read_text())
-        if meta["step"] >= meta["total_steps"]:
-            return 0.0
-    start = time.perf_counter()
-    Trainer(config, folder, resume=ckpt.is_checkpoint(last), progress=progress, log=log).run()
-    return time.perf_counter() - start
 
 
 def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_cpu"), *, seeds=clw.SEEDS,

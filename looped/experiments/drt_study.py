@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -26,11 +25,11 @@ import torch
 from ..config import ConfigError
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, select_rows, shortcut_accuracy)
-from ..train import Trainer, TrainingError, load_model
+from ..train import TrainingError, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from . import drt
-from .results import ResultTable, format_mean_sd
+from .results import ResultTable, format_mean_sd, train_one
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -43,24 +42,6 @@ ALPHA_SWEEP = (0.0, 0.1, 0.5, 1.0)
 
 def run_name(task: str, arch: str, alpha: float, seed: int) -> str:
     return f"{task}_{arch}" + (f"_a{alpha:g}" if alpha else "") + f"_seed{seed}"
-
-
-def finished(folder: Path) -> bool:
-    last = folder / "checkpoints" / "last"
-    if not ckpt.is_checkpoint(last):
-        return False
-    meta = json.loads((last / "trainer.json").read_text())
-    return meta["step"] >= meta["total_steps"]
-
-
-def train_one(config, folder: Path, progress: bool, log) -> float:
-    """Train (or resume) one run to its budget; seconds spent here (0 when it was already finished)."""
-    if finished(folder):
-        return 0.0
-    start = time.perf_counter()
-    resume = ckpt.is_checkpoint(folder / "checkpoints" / "last")
-    Trainer(config, folder, resume=resume, progress=progress, log=log).run()
-    return time.perf_counter() - start
 
 
 def per_bucket_subset(rows, per_bucket: int | None):

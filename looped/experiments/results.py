@@ -1,12 +1,15 @@
-"""Result files shared by the recipes: an append-only CSV keyed by run, written atomically."""
+"""What the study runners share: train-or-resume one run, and an append-only CSV keyed by run."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import statistics
+import time
 from pathlib import Path
 
+from ..train import checkpoint as ckpt
 from ..train.checkpoint import atomic_write_text
 
 
@@ -47,3 +50,24 @@ def mean_sd(values: list[float]) -> tuple[float, float | None]:
 def format_mean_sd(values: list[float], digits: int = 4) -> str:
     mean, sd = mean_sd(values)
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
+
+
+def finished(folder: Path) -> bool:
+    """True when the run in `folder` has a last checkpoint at its full budget."""
+    last = Path(folder) / "checkpoints" / "last"
+    if not ckpt.is_checkpoint(last):
+        return False
+    meta = json.loads((last / "trainer.json").read_text())
+    return meta["step"] >= meta["total_steps"]
+
+
+def train_one(config, folder: Path, progress: bool, log) -> float:
+    """Train (or resume) one run to its budget; seconds spent here (0 when it was already finished)."""
+    from ..train import Trainer
+
+    if finished(folder):
+        return 0.0
+    start = time.perf_counter()
+    resume = ckpt.is_checkpoint(Path(folder) / "checkpoints" / "last")
+    Trainer(config, folder, resume=resume, progress=progress, log=log).run()
+    return time.perf_counter() - start

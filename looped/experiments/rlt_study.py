@@ -23,8 +23,7 @@ from ..train import RunConfig, TrainingError, load_model
 from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from . import rlt
-from .clw_study import train_one
-from .results import ResultTable, format_mean_sd
+from .results import ResultTable, format_mean_sd, train_one
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
