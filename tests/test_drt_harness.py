@@ -365,7 +365,8 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
         raise AssertionError("a finished run was trained again")
 
     before = (out / "results.csv").read_text()
-    monkeypatch.setattr(drt_study, "Trainer", no_training)
+    from looped.experiments import results as study_results
+    monkeypatch.setattr(study_results, "Trainer", no_training)
     drt_study.run_study(out, runs, **kwargs)
     assert (out / "results.csv").read_text() == before
     # the same study through `looped reproduce drt` (its parser as looped.cli builds it, plus the DRT options)

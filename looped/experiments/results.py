@@ -9,6 +9,7 @@ import statistics
 import time
 from pathlib import Path
 
+from ..train import Trainer
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import atomic_write_text
 
@@ -63,8 +64,6 @@ def finished(folder: Path) -> bool:
 
 def train_one(config, folder: Path, progress: bool, log) -> float:
     """Train (or resume) one run to its budget; seconds spent here (0 when it was already finished)."""
-    from ..train import Trainer
-
     if finished(folder):
         return 0.0
     start = time.perf_counter()
