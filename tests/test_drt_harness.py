@@ -381,3 +381,10 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
     assert (out / "results.csv").read_text() == before
     with pytest.raises(ValueError, match="unknown DRT recipe 'parity'"):
         drt_study.reproduce(parser.parse_args([*argv, "--tasks", "parity"]))
+
+
+def test_hard_negative_recipe_is_the_graph_recipe_with_hard_negatives():
+    from looped.experiments import drt
+    hard, paper = drt.run_config("graph_hard", "cpu"), drt.run_config("graph", "cpu")
+    assert hard.task.hard_negatives and not paper.task.hard_negatives
+    assert hard.model == paper.model and hard.train == paper.train and hard.optim == paper.optim

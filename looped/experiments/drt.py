@@ -32,17 +32,23 @@ from ..config import from_dict, merge
 
 SEEDS = (42, 43, 44)
 # Recipe names -> data task names (the paper says "nested boolean" / "logic" for the boolean task).
-TASKS = {"graph": "graph", "logic": "boolean", "family": "family"}
-DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth"}
+# graph_hard: the same recipe with hard negatives (source has out-edges, target has in-edges, refutation needs
+# >= h hops; looped.data.tasks.reasoning), our addition beside the paper's generator, whose negatives local
+# cues often settle (SPEC §2).
+TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph"}
+HARD_NEGATIVES = {"graph_hard"}
+DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth", "graph_hard": "hops"}
 
 OPTIM = {"lr": 3.0e-4, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 1.0e-2, "grad_clip": 1.0,
          "schedule": "cosine", "warmup_steps": 0, "min_lr": 0.0}
 
 # SPEC §2: batch, epochs, training rows
-FULL_SCHEDULE = {"graph": (64, 40, 12_000), "logic": (128, 30, 64_000), "family": (128, 40, 60_000)}
+FULL_SCHEDULE = {"graph": (64, 40, 12_000), "logic": (128, 30, 64_000), "family": (128, 40, 60_000),
+                 "graph_hard": (64, 40, 12_000)}
 # CPU: (batch, rows seen, model overrides); see the module docstring
 CPU_WIDTH = {"dim": 64, "heads": 4, "ffn_dim": 256}
-CPU_SCHEDULE = {"graph": (64, 40 * 12_000, {}), "logic": (32, 48_000, CPU_WIDTH), "family": (64, 120_000, CPU_WIDTH)}
+CPU_SCHEDULE = {"graph": (64, 40 * 12_000, {}), "logic": (32, 48_000, CPU_WIDTH), "family": (64, 120_000, CPU_WIDTH),
+                "graph_hard": (64, 40 * 12_000, {})}
 CPU_DIAGNOSTIC_PER_BUCKET = 200  # test rows per bucket for the depth-embedding diagnostic at CPU scale
 
 # Seed 002 Table 3 / SPEC §2: 3-seed means, ID / OOD accuracy (%), best over sufficient step budgets.
@@ -87,7 +93,8 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     updates_per_eval = max(1, seen // batch // 10)  # ten validations per run
     return {
         "model": model,
-        "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0},
+        "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0,
+                 **({"hard_negatives": True} if task in HARD_NEGATIVES else {})},
         "optim": dict(OPTIM),
         "train": {"seed": seed, "batch_size": batch, "max_targets": seen, "eval_every": updates_per_eval,
                   "eval_batch_size": 256, "select": "last", "log_every": 50,
