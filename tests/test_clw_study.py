@@ -29,3 +29,26 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     clw_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained, nothing changed
     assert (out / "results.csv").read_text() == before
     assert "| workspace |" in (out / "table.md").read_text()
+
+
+def test_a_diverged_run_is_recorded_not_hidden(tmp_path, monkeypatch):
+    from looped.experiments import results as study_results
+    from looped.train import TrainingError
+
+    class Diverges:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self):
+            raise TrainingError("loss became nan at update 3; stopping (no checkpoint was written)")
+
+    corpus = write_text_corpus(tmp_path / "text.txt", 30_000)
+    monkeypatch.setattr(clw, "CPU_DATA", {c: {"corpus": "raw", "path": str(corpus), "heldout_fraction": 0.2}
+                                          for c in clw.CORPORA})
+    monkeypatch.setattr(study_results, "Trainer", Diverges)
+    out = tmp_path / "results"
+    clw_study.run_study(out, tmp_path / "runs", seeds=(11,), rows=("plain",), corpora=("enwik8",),
+                        progress=False, log=lambda m: None)
+    (row,) = list(csv.DictReader(open(out / "results.csv")))
+    assert row["status"].startswith("failed: loss became nan at update 3") and row["nll"] == ""
+    assert "| plain | – |" in (out / "table.md").read_text()  # a failed run contributes no score

@@ -13,10 +13,10 @@ from pathlib import Path
 from ..config import from_dict, merge
 from ..data import load_streams, to_blocks
 from ..eval import evaluate_lm
-from ..train import RunConfig, TrainingError, load_model
+from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from . import clw
-from .results import ResultTable, format_mean_sd, mean_sd, train_one
+from .results import ResultTable, format_mean_sd, mean_sd, train_or_record_failure
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
@@ -53,12 +53,9 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
                 log(f"== clw cpu: {corpus} / {row} / seed {seed}")
                 config = run_config(row, corpus, seed, overrides, scale=scale, budget=budget)
                 folder = runs / corpus / row / f"seed{seed}"
-                try:
-                    seconds = train_one(config, folder, progress, log)
-                except TrainingError as err:  # recorded, not hidden: the table shows the run diverged
-                    log(f"run failed: {err}")
-                    results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
-                                 "status": f"failed: {err}"})
+                key = {"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed}
+                seconds = train_or_record_failure(results, key, config, folder, progress, log)
+                if seconds is None:
                     continue
                 model, config = load_model(folder / "checkpoints" / "last")
                 streams = load_streams(config.data)
@@ -143,7 +140,7 @@ def table_markdown(results: ResultTable) -> str:
              "| row | parameters | " + " | ".join(f"{c} bits/byte | {c} PPL | paper PPL ({c})" for c in clw.CORPORA)
              + " |", "|---|---:|" + "---:|---:|---:|" * len(clw.CORPORA)]
     for row in clw.ROWS:
-        params = sorted({r["parameters"] for r in results.rows if r["row"] == row})
+        params = sorted({r["parameters"] for r in results.rows if r["row"] == row and r["parameters"]})
         cells = [row, ", ".join(f"{int(p):,}" for p in params) or "–"]
         for corpus in clw.CORPORA:
             bpb = _values(results, corpus, row, "bits_per_byte")

@@ -25,11 +25,11 @@ import torch
 from ..config import ConfigError
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, select_rows, shortcut_accuracy)
-from ..train import TrainingError, load_model
+from ..train import load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from . import drt
-from .results import ResultTable, format_mean_sd, train_one
+from .results import ResultTable, format_mean_sd, train_or_record_failure
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -133,11 +133,8 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
                         continue
                     log(f"== drt {scale}: {name}")
                     folder = runs / name
-                    try:
-                        seconds = train_one(config, folder, progress, log)
-                    except TrainingError as err:  # recorded, not hidden: the table shows the run diverged
-                        log(f"run failed: {err}")
-                        results.add({**key, "status": f"failed: {err}"})
+                    seconds = train_or_record_failure(results, key, config, folder, progress, log)
+                    if seconds is None:
                         continue
                     r = evaluate_run(folder, tests, diagnostic_per_bucket=diagnostic_per_bucket,
                                      batch_size=eval_batch_size)

@@ -9,7 +9,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..train import Trainer
+from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
 from ..train.checkpoint import atomic_write_text
 
@@ -70,3 +70,15 @@ def train_one(config, folder: Path, progress: bool, log) -> float:
     resume = ckpt.is_checkpoint(Path(folder) / "checkpoints" / "last")
     Trainer(config, folder, resume=resume, progress=progress, log=log).run()
     return time.perf_counter() - start
+
+
+def train_or_record_failure(results: ResultTable, key: dict, config, folder: Path, progress: bool,
+                            log) -> float | None:
+    """train_one; when training cannot go on (a non-finite loss ...) the run becomes a `failed: ...` line in
+    `results` (recorded, not hidden: the table shows it) and None is returned."""
+    try:
+        return train_one(config, folder, progress, log)
+    except TrainingError as err:
+        log(f"run failed: {err}")
+        results.add({**key, "status": f"failed: {str(err).splitlines()[0]}"})
+        return None

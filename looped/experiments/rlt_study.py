@@ -19,11 +19,11 @@ from pathlib import Path
 
 from ..config import from_dict, merge, parse_overrides
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
-from ..train import RunConfig, TrainingError, load_model
+from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from . import rlt
-from .results import ResultTable, format_mean_sd, train_one
+from .results import ResultTable, format_mean_sd, train_or_record_failure
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -56,12 +56,9 @@ def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_c
                 log(f"== rlt {scale}: {task} / {row} / seed {seed}")
                 config = run_config(task, row, seed, overrides, scale=scale)
                 folder = runs / task / row / f"seed{seed}"
-                try:
-                    seconds = train_one(config, folder, progress, log)
-                except TrainingError as err:  # recorded, not hidden: the table shows the run failed
-                    log(f"run failed: {err}")
-                    results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
-                                 "status": f"failed: {str(err).splitlines()[0]}"})
+                key = {"task": task, "row": row, "arch": config.model.arch, "seed": seed}
+                seconds = train_or_record_failure(results, key, config, folder, progress, log)
+                if seconds is None:
                     continue
                 start = time.perf_counter()
                 model, config = load_model(folder / "checkpoints" / "best")
