@@ -163,13 +163,26 @@ def table_markdown(results: ResultTable) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_nll(results: ResultTable, path: Path) -> None:
+def per_corpus_figure(path: Path, draw) -> None:
+    """One panel per corpus, side by side; `draw(ax, corpus)` fills a panel."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(clw.CORPORA), figsize=(5.5 * len(clw.CORPORA), 4), squeeze=False)
     for ax, corpus in zip(axes[0], clw.CORPORA):
+        draw(ax, corpus)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_nll(results: ResultTable, path: Path) -> None:
+    """Seed 000 Fig. 3 style: held-out NLL per row, every seed as a grey dot, mean +- SD in colour."""
+    def draw(ax, corpus):
         for i, row in enumerate(clw.ROWS):
             values = _values(results, corpus, row, "nll")
             if values:
@@ -178,21 +191,14 @@ def plot_nll(results: ResultTable, path: Path) -> None:
                             capsize=4, zorder=3)
         ax.set_xticks(range(len(clw.ROWS)), list(clw.ROWS), rotation=35, ha="right")
         ax.set_title(f"{corpus} sample: held-out NLL (nats/byte)")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    per_corpus_figure(path, draw)
 
 
 def plot_rounds(by_rounds: ResultTable, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(clw.CORPORA), figsize=(5.5 * len(clw.CORPORA), 4), squeeze=False)
-    for ax, corpus in zip(axes[0], clw.CORPORA):
+    """Held-out bits/byte against test-time rounds R' for every looped row (mean over seeds)."""
+    def draw(ax, corpus):
         for i, row in enumerate(clw.LOOPED_ROWS):
-            points = {}
+            points: dict[int, list[float]] = {}
             for r in by_rounds.rows:
                 if r["corpus"] == corpus and r["row"] == row:
                     points.setdefault(int(r["rounds"]), []).append(float(r["bits_per_byte"]))
@@ -204,23 +210,12 @@ def plot_rounds(by_rounds: ResultTable, path: Path) -> None:
         ax.set_ylabel("held-out bits/byte")
         ax.set_title(corpus)
         ax.set_ylim(top=min(ax.get_ylim()[1], 8.5))
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
+    per_corpus_figure(path, draw)
 
 
 def plot_early_exit(table: ResultTable, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(clw.CORPORA), figsize=(5.5 * len(clw.CORPORA), 4), squeeze=False)
-    for ax, corpus in zip(axes[0], clw.CORPORA):
+    """Held-out bits/byte against mean rounds used per position, one point per early-exit threshold."""
+    def draw(ax, corpus):
         for i, row in enumerate(clw.LOOPED_ROWS):
             points: dict[float, list[tuple[float, float]]] = {}
             for r in table.rows:
@@ -235,9 +230,4 @@ def plot_early_exit(table: ResultTable, path: Path) -> None:
         ax.set_xlabel("mean rounds used per position (early exit, thresholds 0 ... 0.1 TV)")
         ax.set_ylabel("held-out bits/byte")
         ax.set_title(corpus)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    per_corpus_figure(path, draw)
