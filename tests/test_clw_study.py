@@ -28,7 +28,10 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     before = (out / "results.csv").read_text()
     clw_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained, nothing changed
     assert (out / "results.csv").read_text() == before
-    assert "| workspace |" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "| workspace |" in table and "## Early exit at inference" in table
+    exits = list(csv.DictReader(open(out / "early_exit.csv")))
+    assert {(r["row"], float(r["threshold"])) for r in exits} == {("workspace", t) for t in clw_study.EXIT_THRESHOLDS}
 
 
 def test_a_diverged_run_is_recorded_not_hidden(tmp_path, monkeypatch):

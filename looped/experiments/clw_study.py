@@ -45,6 +45,7 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
               scale: str = "cpu", budget: str = "small", log=print) -> ResultTable:
     results = ResultTable(out / "results.csv", COLUMNS, ["corpus", "row", "seed"])
     by_rounds = ResultTable(out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
+    exits = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
     for corpus in corpora:
         for seed in seeds:
             for row in rows:
@@ -72,37 +73,19 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
                         r = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit, rounds=rounds)
                         by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
                                        "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
-                write_report(out, results, by_rounds)
-    early_exit_sweep(out, runs, results)
-    write_report(out, results, by_rounds)
+                    early_exit_sweep(model, blocks, streams.unit, {"corpus": corpus, "row": row, "seed": seed}, exits)
+                write_report(out, results, by_rounds, exits)
+    write_report(out, results, by_rounds, exits)
     return results
 
 
-def early_exit_sweep(out: Path, runs: Path, results: ResultTable, log=print) -> ResultTable:
-    """Held-out bits/byte against mean rounds used for every finished looped run (resumable)."""
-    table = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
-    for run in results.rows:
-        if run["row"] not in clw.LOOPED_ROWS or run.get("status", "ok") != "ok":
-            continue
-        todo = [t for t in EXIT_THRESHOLDS if not table.has(corpus=run["corpus"], row=run["row"], seed=run["seed"],
-                                                             threshold=t)]
-        if not todo:
-            continue
-        folder = runs / run["corpus"] / run["row"] / f"seed{run['seed']}" / "checkpoints" / "last"
-        if not ckpt.is_checkpoint(folder):
-            log(f"early exit: no checkpoint for {run['corpus']}/{run['row']}/{run['seed']}; skipped")
-            continue
-        model, config = load_model(folder)
-        streams = load_streams(config.data)
-        blocks = to_blocks(streams.heldout, config.data.block_size, name="held-out")
-        for threshold in todo:
-            r = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit, exit_threshold=threshold)
-            table.add({"corpus": run["corpus"], "row": run["row"], "seed": run["seed"], "threshold": threshold,
-                       "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}",
-                       "mean_rounds_used": f"{r['mean_rounds_used']:.4f}"})
-    if table.rows:
-        plot_early_exit(table, out / "early_exit.png")
-    return table
+def early_exit_sweep(model, blocks, unit: str, key: dict, table: ResultTable) -> None:
+    """Held-out bits/byte and mean rounds used at every early-exit threshold, for one trained looped run.
+    Run right after training (like the rounds sweep) because run folders do not outlive a session here."""
+    for threshold in EXIT_THRESHOLDS:
+        r = evaluate_lm(model, blocks, batch_size=16, unit=unit, exit_threshold=threshold)
+        table.add({**key, "threshold": threshold, "nll": f"{r['nll']:.6f}",
+                   "bits_per_byte": f"{r['bits_per_byte']:.6f}", "mean_rounds_used": f"{r['mean_rounds_used']:.4f}"})
 
 
 def _meta(folder: Path) -> dict:
@@ -119,13 +102,15 @@ def _updates(folder: Path) -> int:
 
 
 # --- report -----------------------------------------------------------------------------------------------
-def write_report(out: Path, results: ResultTable, by_rounds: ResultTable) -> None:
+def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_text(out / "table.md", table_markdown(results))
+    ckpt.atomic_write_text(out / "table.md", table_markdown(results, exits))
     if results.rows:
         plot_nll(results, out / "nll.png")
     if by_rounds.rows:
         plot_rounds(by_rounds, out / "rounds.png")
+    if exits.rows:
+        plot_early_exit(exits, out / "early_exit.png")
 
 
 def _values(results: ResultTable, corpus: str, row: str, column: str) -> list[float]:
@@ -133,7 +118,7 @@ def _values(results: ResultTable, corpus: str, row: str, column: str) -> list[fl
             if r["corpus"] == corpus and r["row"] == row and r.get("status", "ok") == "ok"]
 
 
-def table_markdown(results: ResultTable) -> str:
+def table_markdown(results: ResultTable, exits: ResultTable | None = None) -> str:
     lines = ["# Seed 000 rows at CPU scale (small budget widths)", "",
              "Held-out bits per byte, mean ± sample SD over seeds (n = seeds finished). PPL = 2^bpb. "
              "Paper: seed 000 Table 3, small budget, full recipe (81.92M targets, not comparable in scale).", "",
@@ -160,7 +145,37 @@ def table_markdown(results: ResultTable) -> str:
             if other and row != "workspace":
                 parts.append(f"vs {row} {100 * (mean_sd(ws)[0] / mean_sd(other)[0] - 1):+.2f} %")
         lines.append(f"- {corpus}: " + ", ".join(parts))
+    if exits is not None and exits.rows:
+        lines += ["", *early_exit_markdown(exits)]
     return "\n".join(lines) + "\n"
+
+
+def early_exit_markdown(exits: ResultTable) -> list[str]:
+    """Per corpus and looped row: held-out bits/byte @ mean rounds used at each early-exit threshold."""
+    lines = ["## Early exit at inference", "",
+             "A position stops refining once successive rounds' next-byte distributions differ by less than the "
+             "threshold (total variation) and keeps its state; for the rounds it skips it still offers keys, values and "
+             "workspace writes computed from that frozen state, so later positions see a complete cache "
+             "(looped.models.loop). Cells: bits/byte @ mean rounds used per position "
+             "(trained with R = 4, batch 16 blocks of 512; the exit decision is per position, so the batch size "
+             "does not change the result). Mean over the seeds with an early-exit sweep.", "",
+             "| corpus | row | " + " | ".join(f"TV < {t:g}" for t in EXIT_THRESHOLDS) + " |",
+             "|---|---|" + "---:|" * len(EXIT_THRESHOLDS)]
+    for corpus in clw.CORPORA:
+        for row in clw.LOOPED_ROWS:
+            cells = []
+            for threshold in EXIT_THRESHOLDS:
+                hits = [r for r in exits.rows if r["corpus"] == corpus and r["row"] == row
+                        and float(r["threshold"]) == threshold]
+                if not hits:
+                    cells.append("–")
+                    continue
+                bpb = mean_sd([float(r["bits_per_byte"]) for r in hits])[0]
+                used = mean_sd([float(r["mean_rounds_used"]) for r in hits])[0]
+                cells.append(f"{bpb:.4f} @ {used:.2f} (n={len(hits)})")
+            if any(c != "–" for c in cells):
+                lines.append(f"| {corpus} | {row} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def per_corpus_figure(path: Path, draw) -> None:
