@@ -196,9 +196,14 @@ def cmd_reproduce(args) -> int:
 
         return drt_study.reproduce(args)
     from .experiments import clw, clw_study
+    from .experiments.results import status_report
 
     corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
     out = Path(args.out or (f"results/clw_{args.scale}" if args.scale == "cpu" else f"results/clw_{args.budget}"))
+    if args.status:
+        plan = clw_study.plan_runs(seeds=args.seeds or clw.SEEDS, corpora=corpora, rows=args.rows or tuple(clw.ROWS))
+        print(status_report(clw_study.results_table(out), plan, f"clw {args.scale}"), end="")
+        return 0
     clw_study.run_study(out, Path(args.runs or f"runs/{out.name}"), seeds=args.seeds or clw.SEEDS, corpora=corpora,
                         rows=args.rows or tuple(clw.ROWS), overrides=parse_overrides(args.set),
                         progress=not args.no_progress, scale=args.scale, budget=args.budget)
@@ -286,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="results folder (default results/clw_<scale>)")
     p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--status", action="store_true",
+                   help="list the planned runs as done / failed / to do and exit (trains nothing)")
     _add_set(p)
     p.set_defaults(func=cmd_reproduce)
     from .experiments.drt_study import add_reproduce_arguments as add_drt_reproduce_arguments

@@ -55,3 +55,22 @@ def test_a_diverged_run_is_recorded_not_hidden(tmp_path, monkeypatch):
     (row,) = list(csv.DictReader(open(out / "results.csv")))
     assert row["status"].startswith("failed: loss became nan at update 3") and row["nll"] == ""
     assert "| plain | – |" in (out / "table.md").read_text()  # a failed run contributes no score
+
+
+def test_reproduce_status_lists_done_failed_and_to_do_runs(tmp_path, capsys):
+    from looped.cli import main
+    from looped.experiments import results as study_results
+
+    table = clw_study.results_table(tmp_path / "clw")
+    table.add({"corpus": "enwik8", "row": "plain", "arch": "transformer", "seed": 11, "status": "ok"})
+    table.add({"corpus": "enwik8", "row": "workspace", "arch": "workspace", "seed": 11, "status": "failed: nan"})
+    assert main(["reproduce", "clw", "--status", "--out", str(tmp_path / "clw"), "--seeds", "11",
+                 "--rows", "plain", "workspace", "anchored_loop"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("clw cpu: 1 done, 1 failed, 4 to do")  # 3 rows x 2 corpora
+    assert "failed enwik8 / 11 / workspace  (failed: nan)" in text and "to do  tinystories / 11 / plain" in text
+    assert not (tmp_path / "runs").exists()  # --status trains nothing
+    for paper in ("rlt", "drt"):
+        assert main(["reproduce", paper, "--status", "--out", str(tmp_path / paper), "--seeds", "42"]) == 0
+        assert capsys.readouterr().out.startswith(f"{paper} cpu: 0 done, 0 failed, ")
+    assert study_results.status_report(table, [], "empty").startswith("empty: 0 done, 0 failed, 0 to do")

@@ -40,41 +40,49 @@ def run_config(row: str, corpus: str, seed: int, overrides: dict | None = None, 
     return from_dict(RunConfig, merge(data, overrides or {}))
 
 
+def results_table(out: Path) -> ResultTable:
+    return ResultTable(Path(out) / "results.csv", COLUMNS, ["corpus", "row", "seed"])
+
+
+def plan_runs(*, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS)) -> list[dict]:
+    """The study's runs in the order it trains them: corpus, then seed, then row."""
+    return [{"corpus": c, "seed": s, "row": r} for c in corpora for s in seeds for r in rows]
+
+
 def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_cpu"), *, seeds=clw.SEEDS,
               corpora=clw.CORPORA, rows=tuple(clw.ROWS), overrides: dict | None = None, progress: bool = True,
               scale: str = "cpu", budget: str = "small", log=print) -> ResultTable:
-    results = ResultTable(out / "results.csv", COLUMNS, ["corpus", "row", "seed"])
+    results = results_table(out)
     by_rounds = ResultTable(out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
     exits = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
-    for corpus in corpora:
-        for seed in seeds:
-            for row in rows:
-                if results.has(corpus=corpus, row=row, seed=seed):
-                    continue
-                log(f"== clw cpu: {corpus} / {row} / seed {seed}")
-                config = run_config(row, corpus, seed, overrides, scale=scale, budget=budget)
-                folder = runs / corpus / row / f"seed{seed}"
-                key = {"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed}
-                seconds = train_or_record_failure(results, key, config, folder, progress, log)
-                if seconds is None:
-                    continue
-                model, config = load_model(folder / "checkpoints" / "last")
-                streams = load_streams(config.data)
-                blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{corpus} held-out")
-                score = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit)
-                counts = model.parameter_counts()
-                results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
-                             "parameters": counts["total"], "targets": _targets(folder),
-                             "nll": f"{score['nll']:.6f}", "ppl": f"{score['ppl']:.6f}",
-                             "bits_per_byte": f"{score['bits_per_byte']:.6f}", "heldout_targets": score["targets"],
-                             "train_seconds": f"{seconds:.1f}", "updates": _updates(folder), "status": "ok"})
-                if row in clw.LOOPED_ROWS:
-                    for rounds in TEST_ROUNDS:
-                        r = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit, rounds=rounds)
-                        by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
-                                       "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
-                    early_exit_sweep(model, blocks, streams.unit, {"corpus": corpus, "row": row, "seed": seed}, exits)
-                write_report(out, results, by_rounds, exits)
+    for key in plan_runs(seeds=seeds, corpora=corpora, rows=rows):
+        corpus, seed, row = key["corpus"], key["seed"], key["row"]
+        if results.has(**key):
+            continue
+        log(f"== clw cpu: {corpus} / {row} / seed {seed}")
+        config = run_config(row, corpus, seed, overrides, scale=scale, budget=budget)
+        folder = runs / corpus / row / f"seed{seed}"
+        seconds = train_or_record_failure(results, {**key, "arch": config.model.arch}, config, folder, progress,
+                                          log)
+        if seconds is None:
+            continue
+        model, config = load_model(folder / "checkpoints" / "last")
+        streams = load_streams(config.data)
+        blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{corpus} held-out")
+        score = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit)
+        counts = model.parameter_counts()
+        results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
+                     "parameters": counts["total"], "targets": _targets(folder),
+                     "nll": f"{score['nll']:.6f}", "ppl": f"{score['ppl']:.6f}",
+                     "bits_per_byte": f"{score['bits_per_byte']:.6f}", "heldout_targets": score["targets"],
+                     "train_seconds": f"{seconds:.1f}", "updates": _updates(folder), "status": "ok"})
+        if row in clw.LOOPED_ROWS:
+            for rounds in TEST_ROUNDS:
+                r = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit, rounds=rounds)
+                by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
+                               "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
+            early_exit_sweep(model, blocks, streams.unit, key, exits)
+        write_report(out, results, by_rounds, exits)
     write_report(out, results, by_rounds, exits)
     return results
 

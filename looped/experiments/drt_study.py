@@ -25,11 +25,11 @@ import torch
 from ..config import ConfigError
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, select_rows, shortcut_accuracy)
-from ..train import load_model
+from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from . import drt
-from .results import ResultTable, format_mean_sd, train_or_record_failure
+from .results import ResultTable, format_mean_sd, status_report, train_or_record_failure
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -108,6 +108,23 @@ def _fmt(value, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def plan_runs(*, scale: str = "cpu", tasks=tuple(drt.TASKS), archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,),
+              overrides: dict | None = None, log=lambda message: None) -> list[tuple[dict, RunConfig]]:
+    """The study's runs in the order it trains them (task, arch, alpha (graph only), seed), each with its
+    config; pairs that do not exist (the GNN on a sequence task) are left out, and logged."""
+    plan = []
+    for task in tasks:
+        for arch in archs:
+            for alpha in (alphas if task == "graph" else (0.0,)):
+                for seed in seeds:
+                    key = {"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}  # CSV text
+                    try:
+                        plan.append((key, drt.run_config(task, scale, arch, seed, float(alpha), overrides)))
+                    except ConfigError as err:
+                        log(f"== drt {scale}: {run_name(task, arch, float(alpha), seed)} skipped ({err})")
+    return plan
+
+
 def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
               tasks=tuple(drt.TASKS), archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
               diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256, progress: bool = True,
@@ -118,48 +135,41 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
     gates = ResultTable(out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
     diagnostics = ResultTable(out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
     tests = TestSets()
-    for task in tasks:
-        for arch in archs:
-            for alpha in (alphas if task == "graph" else (0.0,)):
-                for seed in seeds:
-                    key = {"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}  # CSV text
-                    if results.has(**key):
-                        continue
-                    name = run_name(task, arch, float(alpha), seed)
-                    try:
-                        config = drt.run_config(task, scale, arch, seed, float(alpha), overrides)
-                    except ConfigError as err:  # e.g. the GNN on a sequence task: the pair does not exist
-                        log(f"== drt {scale}: {name} skipped ({err})")
-                        continue
-                    log(f"== drt {scale}: {name}")
-                    folder = runs / name
-                    seconds = train_or_record_failure(results, key, config, folder, progress, log)
-                    if seconds is None:
-                        continue
-                    r = evaluate_run(folder, tests, diagnostic_per_bucket=diagnostic_per_bucket,
-                                     batch_size=eval_batch_size)
-                    r["grid"].write_csv(out / "grids" / f"{name}.csv")
-                    for step, value in enumerate(r["grid"].gate_means or [], start=1):
-                        gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
-                    if r["diagnostic"] and r["diagnostic"]["variants"]:
-                        for variant, entry in r["diagnostic"]["variants"].items():
-                            diagnostics.add({**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
-                                             "change": f"{entry['change']:.6f}",
-                                             "budgets": " ".join(map(str, r["diagnostic"]["budgets"])),
-                                             "rows": r["diagnostic"]["rows"]})
-                    summary = r["summary"]
-                    results.add({**key, "parameters": r["model"].parameter_counts()["total"],
-                                 "updates": r["updates"], "train_seconds": f"{seconds:.1f}",
-                                 "trained_difficulties": "{}-{}".format(*r["trained_difficulties"]),
-                                 "trained_steps": "{}-{}".format(*r["trained_steps"]),
-                                 "id_accuracy": _fmt(summary["id"]), "ood_accuracy": _fmt(summary["ood"]),
-                                 "step1_12hop": _fmt(r["step1"]),
-                                 "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
-                                                                for d, a in summary["best"].items()),
-                                 "val_accuracy": _fmt(r["val_accuracy"]),
-                                 "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
-                                 "mean_ponder_ood": _fmt(r["ponder_ood"], 3), "status": "ok"})
-                    write_report(out, results, gates, scale)
+    for key, config in plan_runs(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas,
+                                 overrides=overrides, log=log):
+        task, arch, alpha, seed = key["task"], key["arch"], float(key["alpha"]), key["seed"]
+        if results.has(**key):
+            continue
+        name = run_name(task, arch, alpha, seed)
+        log(f"== drt {scale}: {name}")
+        folder = runs / name
+        seconds = train_or_record_failure(results, key, config, folder, progress, log)
+        if seconds is None:
+            continue
+        r = evaluate_run(folder, tests, diagnostic_per_bucket=diagnostic_per_bucket,
+                         batch_size=eval_batch_size)
+        r["grid"].write_csv(out / "grids" / f"{name}.csv")
+        for step, value in enumerate(r["grid"].gate_means or [], start=1):
+            gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
+        if r["diagnostic"] and r["diagnostic"]["variants"]:
+            for variant, entry in r["diagnostic"]["variants"].items():
+                diagnostics.add({**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
+                                 "change": f"{entry['change']:.6f}",
+                                 "budgets": " ".join(map(str, r["diagnostic"]["budgets"])),
+                                 "rows": r["diagnostic"]["rows"]})
+        summary = r["summary"]
+        results.add({**key, "parameters": r["model"].parameter_counts()["total"],
+                     "updates": r["updates"], "train_seconds": f"{seconds:.1f}",
+                     "trained_difficulties": "{}-{}".format(*r["trained_difficulties"]),
+                     "trained_steps": "{}-{}".format(*r["trained_steps"]),
+                     "id_accuracy": _fmt(summary["id"]), "ood_accuracy": _fmt(summary["ood"]),
+                     "step1_12hop": _fmt(r["step1"]),
+                     "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
+                                                    for d, a in summary["best"].items()),
+                     "val_accuracy": _fmt(r["val_accuracy"]),
+                     "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
+                     "mean_ponder_ood": _fmt(r["ponder_ood"], 3), "status": "ok"})
+        write_report(out, results, gates, scale)
     write_report(out, results, gates, scale)
     return results
 
@@ -287,6 +297,12 @@ def reproduce(args: argparse.Namespace) -> int:
         raise ValueError(f"--tasks: unknown DRT recipe {unknown[0]!r} (known: {', '.join(drt.TASKS)})")
     archs = getattr(args, "archs", None) or ("drt",)
     alphas = getattr(args, "alphas", None) or (0.0,)
+    if getattr(args, "status", False):
+        plan = [key for key, _ in plan_runs(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs),
+                                            seeds=tuple(args.seeds or drt.SEEDS), alphas=tuple(alphas),
+                                            overrides=parse_overrides(args.set))]
+        print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
+        return 0
     run_study(out, Path(args.runs or f"runs/{out.name}"), scale=args.scale, tasks=tuple(tasks), archs=tuple(archs),
               seeds=tuple(args.seeds or drt.SEEDS), alphas=tuple(alphas), overrides=parse_overrides(args.set),
               progress=not args.no_progress, diagnostic_per_bucket=drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None)

@@ -53,6 +53,21 @@ def format_mean_sd(values: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
 
 
+def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
+    """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
+    order the study would run them, and the counts."""
+    lines, counts = [], {"done": 0, "failed": 0, "to do": 0}
+    for key in plan:
+        match = [r for r in results.rows if all(str(r[k]) == str(v) for k, v in key.items())]
+        status = match[0].get("status", "ok") if match else ""
+        state = "to do" if not match else ("done" if status == "ok" else "failed")
+        counts[state] += 1
+        label = " / ".join(str(v) for v in key.values())
+        lines.append(f"  {state:6s} {label}" + (f"  ({status})" if state == "failed" else ""))
+    head = f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do ({results.path})"
+    return "\n".join([head, *lines]) + "\n"
+
+
 def finished(folder: Path) -> bool:
     """True when the run in `folder` has a last checkpoint at its full budget."""
     last = Path(folder) / "checkpoints" / "last"

@@ -23,7 +23,7 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from . import rlt
-from .results import ResultTable, format_mean_sd, train_or_record_failure
+from .results import ResultTable, format_mean_sd, status_report, train_or_record_failure
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -36,6 +36,15 @@ def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *,
     return from_dict(RunConfig, merge(rlt.run_config_dict(task, row, scale, seed), overrides or {}))
 
 
+def results_table(out: Path) -> ResultTable:
+    return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"])
+
+
+def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS) -> list[dict]:
+    """The study's runs in the order it trains them: task, then seed, then row."""
+    return [{"task": t, "seed": s, "row": r} for t in tasks for s in seeds for r in rows]
+
+
 def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_cpu"), *, scale: str = "cpu",
               seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS, overrides: dict | None = None,
               test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
@@ -45,39 +54,37 @@ def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_c
     test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
     to shorten a grid (None: the full grid)."""
     out, runs = Path(out), Path(runs)
-    results = ResultTable(out / "results.csv", COLUMNS, ["task", "row", "seed"])
+    results = results_table(out)
     lengths = ResultTable(out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
     test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
-    for task in tasks:
-        for seed in seeds:
-            for row in rows:
-                if results.has(task=task, row=row, seed=seed):
-                    continue
-                log(f"== rlt {scale}: {task} / {row} / seed {seed}")
-                config = run_config(task, row, seed, overrides, scale=scale)
-                folder = runs / task / row / f"seed{seed}"
-                key = {"task": task, "row": row, "arch": config.model.arch, "seed": seed}
-                seconds = train_or_record_failure(results, key, config, folder, progress, log)
-                if seconds is None:
-                    continue
-                start = time.perf_counter()
-                model, config = load_model(folder / "checkpoints" / "best")
-                records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
-                                           lengths=(test_lengths or {}).get(task), n=test_size,
-                                           batch_size=eval_batch_size, cache=test_cache, log=log)
-                for record in records:
-                    lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
-                meta, best = _trainer_meta(folder), _best_validation(folder)
-                updates = meta["step"]
-                results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
-                             "parameters": model.parameter_counts()["total"], "updates": updates,
-                             "best_step": meta["best_step"], "val_loss": _fmt(best.get("val_loss")),
-                             "val_final_state_accuracy": _fmt(best.get("val_final_state_accuracy")),
-                             "val_prefix_token_accuracy": _fmt(best.get("val_prefix_token_accuracy")),
-                             "train_seconds": f"{seconds:.1f}",
-                             "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
-                             "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
-                write_report(out, results, lengths, scale)
+    for key in plan_runs(seeds=seeds, tasks=tasks, rows=rows):
+        task, seed, row = key["task"], key["seed"], key["row"]
+        if results.has(**key):
+            continue
+        log(f"== rlt {scale}: {task} / {row} / seed {seed}")
+        config = run_config(task, row, seed, overrides, scale=scale)
+        folder = runs / task / row / f"seed{seed}"
+        seconds = train_or_record_failure(results, {**key, "arch": config.model.arch}, config, folder, progress, log)
+        if seconds is None:
+            continue
+        start = time.perf_counter()
+        model, config = load_model(folder / "checkpoints" / "best")
+        records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
+                                   lengths=(test_lengths or {}).get(task), n=test_size,
+                                   batch_size=eval_batch_size, cache=test_cache, log=log)
+        for record in records:
+            lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
+        meta, best = _trainer_meta(folder), _best_validation(folder)
+        updates = meta["step"]
+        results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
+                     "parameters": model.parameter_counts()["total"], "updates": updates,
+                     "best_step": meta["best_step"], "val_loss": _fmt(best.get("val_loss")),
+                     "val_final_state_accuracy": _fmt(best.get("val_final_state_accuracy")),
+                     "val_prefix_token_accuracy": _fmt(best.get("val_prefix_token_accuracy")),
+                     "train_seconds": f"{seconds:.1f}",
+                     "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
+                     "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
+        write_report(out, results, lengths, scale)
     write_report(out, results, lengths, scale)
     return results
 
@@ -225,10 +232,13 @@ def reproduce(args) -> int:
     args.runs, args.set (KEY=VALUE overrides for every run), args.no_progress. Prints the table."""
     scale = getattr(args, "scale", "cpu") or "cpu"
     out = Path(getattr(args, "out", None) or f"results/rlt_{scale}")
-    run_study(out, Path(getattr(args, "runs", None) or f"runs/{out.name}"), scale=scale,
-              seeds=tuple(getattr(args, "seeds", None) or rlt.SEEDS),
-              tasks=tuple(getattr(args, "tasks", None) or rlt.STUDY_TASKS),
-              rows=tuple(getattr(args, "rows", None) or rlt.STUDY_ROWS),
+    selection = dict(seeds=tuple(getattr(args, "seeds", None) or rlt.SEEDS),
+                     tasks=tuple(getattr(args, "tasks", None) or rlt.STUDY_TASKS),
+                     rows=tuple(getattr(args, "rows", None) or rlt.STUDY_ROWS))
+    if getattr(args, "status", False):
+        print(status_report(results_table(out), plan_runs(**selection), f"rlt {scale}"), end="")
+        return 0
+    run_study(out, Path(getattr(args, "runs", None) or f"runs/{out.name}"), scale=scale, **selection,
               overrides=parse_overrides(getattr(args, "set", None) or []),
               progress=not getattr(args, "no_progress", False))
     print((out / "table.md").read_text())
