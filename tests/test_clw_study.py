@@ -74,3 +74,16 @@ def test_reproduce_status_lists_done_failed_and_to_do_runs(tmp_path, capsys):
         assert main(["reproduce", paper, "--status", "--out", str(tmp_path / paper), "--seeds", "42"]) == 0
         assert capsys.readouterr().out.startswith(f"{paper} cpu: 0 done, 0 failed, ")
     assert study_results.status_report(table, [], "empty").startswith("empty: 0 done, 0 failed, 0 to do")
+
+
+def test_result_rows_read_the_same_before_and_after_a_reload(tmp_path):
+    """A study adds rows with numbers and reads earlier rows back from the CSV as text; mixing the two once
+    crashed the table (sorting 918524 against "918524") after the second seed of a row."""
+    table = clw_study.results_table(tmp_path)
+    table.add({"corpus": "enwik8", "row": "plain", "seed": 11, "parameters": 918504, "bits_per_byte": None})
+    reloaded = clw_study.results_table(tmp_path)
+    assert table.rows == reloaded.rows and table.rows[0]["parameters"] == "918504"
+    assert table.rows[0]["bits_per_byte"] == ""
+    reloaded.add({"corpus": "enwik8", "row": "plain", "seed": 23, "parameters": 918504, "bits_per_byte": 3.66,
+                  "ppl": 12.6, "nll": 2.5, "status": "ok"})
+    assert "| plain | 918,504 |" in clw_study.table_markdown(reloaded)

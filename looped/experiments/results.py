@@ -30,7 +30,8 @@ class ResultTable:
     def add(self, row: dict) -> None:
         key = {k: str(row[k]) for k in self.key}
         self.rows = [r for r in self.rows if {k: str(r[k]) for k in self.key} != key]
-        self.rows.append({c: row.get(c, "") for c in self.columns})
+        # stored as text, exactly as a reload from the CSV would give it: a table never mixes 918524 and "918524"
+        self.rows.append({c: "" if row.get(c) is None else str(row[c]) for c in self.columns})
         self.save()
 
     def save(self) -> None:
