@@ -297,14 +297,13 @@ def reproduce(args: argparse.Namespace) -> int:
         raise ValueError(f"--tasks: unknown DRT recipe {unknown[0]!r} (known: {', '.join(drt.TASKS)})")
     archs = getattr(args, "archs", None) or ("drt",)
     alphas = getattr(args, "alphas", None) or (0.0,)
+    selection = dict(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs), seeds=tuple(args.seeds or drt.SEEDS),
+                     alphas=tuple(alphas), overrides=parse_overrides(args.set))
     if getattr(args, "status", False):
-        plan = [key for key, _ in plan_runs(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs),
-                                            seeds=tuple(args.seeds or drt.SEEDS), alphas=tuple(alphas),
-                                            overrides=parse_overrides(args.set))]
+        plan = [key for key, _ in plan_runs(**selection)]
         print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
         return 0
-    run_study(out, Path(args.runs or f"runs/{out.name}"), scale=args.scale, tasks=tuple(tasks), archs=tuple(archs),
-              seeds=tuple(args.seeds or drt.SEEDS), alphas=tuple(alphas), overrides=parse_overrides(args.set),
+    run_study(out, Path(args.runs or f"runs/{out.name}"), **selection,
               progress=not args.no_progress, diagnostic_per_bucket=drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None)
     print((out / "table.md").read_text())
     return 0

@@ -24,8 +24,12 @@ class ResultTable:
             with open(self.path, newline="") as f:
                 self.rows = list(csv.DictReader(f))
 
+    def find(self, **key) -> dict | None:
+        """The first row whose columns match `key` (compared as text), or None."""
+        return next((row for row in self.rows if all(str(row[k]) == str(v) for k, v in key.items())), None)
+
     def has(self, **key) -> bool:
-        return any(all(str(row[k]) == str(v) for k, v in key.items()) for row in self.rows)
+        return self.find(**key) is not None
 
     def add(self, row: dict) -> None:
         key = {k: str(row[k]) for k in self.key}
@@ -59,9 +63,9 @@ def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
     order the study would run them, and the counts."""
     lines, counts = [], {"done": 0, "failed": 0, "to do": 0}
     for key in plan:
-        match = [r for r in results.rows if all(str(r[k]) == str(v) for k, v in key.items())]
-        status = match[0].get("status", "ok") if match else ""
-        state = "to do" if not match else ("done" if status == "ok" else "failed")
+        match = results.find(**key)
+        status = match.get("status", "ok") if match else ""
+        state = "to do" if match is None else ("done" if status == "ok" else "failed")
         counts[state] += 1
         label = " / ".join(str(v) for v in key.values())
         lines.append(f"  {state:6s} {label}" + (f"  ({status})" if state == "failed" else ""))
