@@ -206,7 +206,8 @@ def cmd_reproduce(args) -> int:
         return 0
     clw_study.run_study(out, Path(args.runs or f"runs/{out.name}"), seeds=args.seeds or clw.SEEDS, corpora=corpora,
                         rows=args.rows or tuple(clw.ROWS), overrides=parse_overrides(args.set),
-                        progress=not args.no_progress, scale=args.scale, budget=args.budget)
+                        progress=not args.no_progress, scale=args.scale, budget=args.budget,
+                        stop_after=args.stop_after)
     print((out / "table.md").read_text())
     return 0
 
@@ -293,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--status", action="store_true",
                    help="list the planned runs as done / failed / to do and exit (trains nothing)")
+    p.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="start no new run after this many minutes (the run in progress finishes)")
     _add_set(p)
     p.set_defaults(func=cmd_reproduce)
     from .experiments.drt_study import add_reproduce_arguments as add_drt_reproduce_arguments

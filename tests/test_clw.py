@@ -43,11 +43,11 @@ def test_appendix_d_numerical_toy():
         e = m.anchor_embedding(tokens, 0)
         u0 = m.anchor(e, e)
         ws = m.workspace
-        memory, _ = ws.memory(ws.writes(u0), None)
-        q = ws.query(ws.query_norm(u0))
+        gate, value, q = ws.project(u0)
+        memory = ws.memory(ws.prefix_sums(gate, value, None))
         alpha = torch.softmax(q @ ws.keys.t() / math.sqrt(2), -1)
         read = (alpha.unsqueeze(-2) @ memory).squeeze(-2)
-        residual = ws.read(u0, memory)
+        residual = ws.read(ws.slot_weights(q), memory)
         exits = []
         handle = m.block.register_forward_hook(lambda mod, inp, out: exits.append(out))
         logits = m(tokens)
@@ -82,8 +82,10 @@ def test_workspace_cumsum_equals_the_quadratic_definition():
     """M~_{i,s} = sum_{j<=i} g_js v_js / sqrt(max(sum_{j<=i} g_js, eps)) (eq. 4), written out per position."""
     ws = model_of("workspace").workspace
     u = torch.randn(2, 9, ws.write_norm.normalized_shape[0], dtype=torch.float64)
-    memory, carry = ws.memory(ws.writes(u), None)
-    gv = ws.write(ws.write_norm(u))
+    gate, value, _ = ws.project(u)
+    sums = ws.prefix_sums(gate, value, None)
+    memory, carry = ws.memory(sums), sums[:, -1]
+    gv = ws.write(ws.write_norm(u))  # the unfused modules as the reference
     g = torch.sigmoid(gv[..., :ws.slots])
     v = torch.tanh(gv[..., ws.slots:]).unflatten(-1, (ws.slots, ws.slot_dim))
     for i in range(9):
@@ -91,6 +93,32 @@ def test_workspace_cumsum_equals_the_quadratic_definition():
         mass = g[:, :i + 1].sum(1)
         torch.testing.assert_close(memory[:, i], numer / mass.clamp_min(1e-6).sqrt()[..., None])
     torch.testing.assert_close(carry[..., -1], g.sum(1))
+
+
+def test_fused_projection_equals_the_separate_norms_and_linears():
+    """project() folds LN_w / LN_q gains and offsets into one matmul; compare with the modules applied in turn."""
+    ws = model_of("workspace").workspace
+    with torch.no_grad():
+        for norm in (ws.write_norm, ws.query_norm):
+            norm.weight.normal_()
+            norm.bias.normal_()
+    u = torch.randn(2, 7, ws.write_norm.normalized_shape[0], dtype=torch.float64)
+    gate, value, query = ws.project(u)
+    gv = ws.write(ws.write_norm(u))
+    torch.testing.assert_close(gate, torch.sigmoid(gv[..., :ws.slots]))
+    torch.testing.assert_close(value, torch.tanh(gv[..., ws.slots:]).unflatten(-1, (ws.slots, ws.slot_dim)))
+    torch.testing.assert_close(query, ws.query(ws.query_norm(u)))
+
+
+def test_workspace_read_folds_the_normalisation_into_slot_weights():
+    """The recomputed row reads sum_s alpha_s N_s / sqrt(D_s) without M~; equal to reading M~ (eq. 4, 7)."""
+    ws = model_of("workspace").workspace
+    u = torch.randn(2, 7, ws.write_norm.normalized_shape[0], dtype=torch.float64)
+    gate, value, query = ws.project(u)
+    sums = ws.prefix_sums(gate, value, None)
+    alpha = ws.slot_weights(query)
+    torch.testing.assert_close(ws.read(alpha * ws.inverse_norm(sums), sums[..., :-1]),
+                               ws.read(alpha, ws.memory(sums)))
 
 
 def test_retention_blends_previous_round():

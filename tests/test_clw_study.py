@@ -87,3 +87,20 @@ def test_result_rows_read_the_same_before_and_after_a_reload(tmp_path):
     reloaded.add({"corpus": "enwik8", "row": "plain", "seed": 23, "parameters": 918504, "bits_per_byte": 3.66,
                   "ppl": 12.6, "nll": 2.5, "status": "ok"})
     assert "| plain | 918,504 |" in clw_study.table_markdown(reloaded)
+
+
+def test_pending_runs_skips_done_runs_and_starts_none_after_the_deadline(tmp_path, monkeypatch):
+    from looped.experiments import results as study_results
+
+    table = clw_study.results_table(tmp_path)
+    table.add({"corpus": "enwik8", "row": "plain", "seed": 11, "status": "ok"})
+    plan = clw_study.plan_runs(seeds=(11,), corpora=("enwik8",), rows=("plain", "workspace", "anchored_loop"))
+    assert [k["row"] for k in study_results.pending_runs(plan, table)] == ["workspace", "anchored_loop"]
+    # (key, config) pairs, as the DRT plan gives them, are yielded whole
+    assert [item[1] for item in study_results.pending_runs([(k, i) for i, k in enumerate(plan)], table)] == [1, 2]
+    clock = iter([0.0, 30.0, 90.0, 200.0])  # minutes 0 (start), 0.5, 1.5, ...
+    monkeypatch.setattr(study_results.time, "monotonic", lambda: next(clock))
+    messages = []
+    started = list(study_results.pending_runs(plan, table, stop_after=1.0, log=messages.append))
+    assert [k["row"] for k in started] == ["workspace"]  # the next run would have started after 1 minute
+    assert messages == ["stopping: --stop-after 1 minutes reached, 2 run(s) left to do"]

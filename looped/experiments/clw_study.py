@@ -16,7 +16,7 @@ from ..eval import evaluate_lm
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from . import clw
-from .results import ResultTable, format_mean_sd, mean_sd, train_or_record_failure
+from .results import ResultTable, format_mean_sd, mean_sd, pending_runs, train_or_record_failure
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
@@ -51,14 +51,14 @@ def plan_runs(*, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS)) -> 
 
 def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_cpu"), *, seeds=clw.SEEDS,
               corpora=clw.CORPORA, rows=tuple(clw.ROWS), overrides: dict | None = None, progress: bool = True,
-              scale: str = "cpu", budget: str = "small", log=print) -> ResultTable:
+              scale: str = "cpu", budget: str = "small", stop_after: float | None = None,
+              log=print) -> ResultTable:
     results = results_table(out)
     by_rounds = ResultTable(out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
     exits = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
-    for key in plan_runs(seeds=seeds, corpora=corpora, rows=rows):
+    plan = plan_runs(seeds=seeds, corpora=corpora, rows=rows)
+    for key in pending_runs(plan, results, stop_after=stop_after, log=log):
         corpus, seed, row = key["corpus"], key["seed"], key["row"]
-        if results.has(**key):
-            continue
         log(f"== clw cpu: {corpus} / {row} / seed {seed}")
         config = run_config(row, corpus, seed, overrides, scale=scale, budget=budget)
         folder = runs / corpus / row / f"seed{seed}"

@@ -29,7 +29,7 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from . import drt
-from .results import ResultTable, format_mean_sd, status_report, train_or_record_failure
+from .results import ResultTable, format_mean_sd, pending_runs, status_report, train_or_record_failure
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -128,18 +128,17 @@ def plan_runs(*, scale: str = "cpu", tasks=tuple(drt.TASKS), archs=("drt",), see
 def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
               tasks=tuple(drt.TASKS), archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
               diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256, progress: bool = True,
-              log=print) -> ResultTable:
+              stop_after: float | None = None, log=print) -> ResultTable:
     """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv."""
     out, runs = Path(out), Path(runs)
     results = ResultTable(out / "results.csv", COLUMNS, KEY)
     gates = ResultTable(out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
     diagnostics = ResultTable(out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
     tests = TestSets()
-    for key, config in plan_runs(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas,
-                                 overrides=overrides, log=log):
+    plan = plan_runs(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides,
+                     log=log)
+    for key, config in pending_runs(plan, results, stop_after=stop_after, log=log):
         task, arch, alpha, seed = key["task"], key["arch"], float(key["alpha"]), key["seed"]
-        if results.has(**key):
-            continue
         name = run_name(task, arch, alpha, seed)
         log(f"== drt {scale}: {name}")
         folder = runs / name
@@ -304,6 +303,6 @@ def reproduce(args: argparse.Namespace) -> int:
         print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
         return 0
     run_study(out, Path(args.runs or f"runs/{out.name}"), **selection,
-              progress=not args.no_progress, diagnostic_per_bucket=drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None)
+              progress=not args.no_progress, stop_after=args.stop_after, diagnostic_per_bucket=drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None)
     print((out / "table.md").read_text())
     return 0

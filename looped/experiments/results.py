@@ -58,6 +58,22 @@ def format_mean_sd(values: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
 
 
+def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
+    """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
+    run starts (the one in progress finishes), so a study fits a machine booking without losing a run
+    half-way. `plan` items are keys, or (key, anything) pairs."""
+    deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
+    for item in plan:
+        key = item[0] if isinstance(item, tuple) else item
+        if results.has(**key):
+            continue
+        if deadline is not None and time.monotonic() > deadline:
+            left = sum(not results.has(**(i[0] if isinstance(i, tuple) else i)) for i in plan)
+            log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
+            return
+        yield item
+
+
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
     """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
     order the study would run them, and the counts."""

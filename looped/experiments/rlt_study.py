@@ -23,7 +23,7 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from . import rlt
-from .results import ResultTable, format_mean_sd, status_report, train_or_record_failure
+from .results import ResultTable, format_mean_sd, pending_runs, status_report, train_or_record_failure
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -48,7 +48,8 @@ def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS) ->
 def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_cpu"), *, scale: str = "cpu",
               seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS, overrides: dict | None = None,
               test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
-              eval_batch_size: int = 256, progress: bool = True, log=print) -> ResultTable:
+              eval_batch_size: int = 256, progress: bool = True, stop_after: float | None = None,
+              log=print) -> ResultTable:
     """Train and evaluate every (task, seed, row) not yet in <out>/results.csv; rewrite the report after each.
 
     test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
@@ -57,10 +58,9 @@ def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_c
     results = results_table(out)
     lengths = ResultTable(out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
     test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
-    for key in plan_runs(seeds=seeds, tasks=tasks, rows=rows):
+    plan = plan_runs(seeds=seeds, tasks=tasks, rows=rows)
+    for key in pending_runs(plan, results, stop_after=stop_after, log=log):
         task, seed, row = key["task"], key["seed"], key["row"]
-        if results.has(**key):
-            continue
         log(f"== rlt {scale}: {task} / {row} / seed {seed}")
         config = run_config(task, row, seed, overrides, scale=scale)
         folder = runs / task / row / f"seed{seed}"
@@ -240,7 +240,7 @@ def reproduce(args) -> int:
         return 0
     run_study(out, Path(getattr(args, "runs", None) or f"runs/{out.name}"), scale=scale, **selection,
               overrides=parse_overrides(getattr(args, "set", None) or []),
-              progress=not getattr(args, "no_progress", False))
+              progress=not getattr(args, "no_progress", False), stop_after=getattr(args, "stop_after", None))
     print((out / "table.md").read_text())
     return 0
 

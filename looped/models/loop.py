@@ -92,8 +92,14 @@ class Anchor(nn.Module):
 class Workspace(nn.Module):
     """Gated causal writes into S slots of m coordinates, read by content address (eqs. 3-7).
 
-    Writes: one projection gives the S gate logits and the S*m value pre-activations; the gated values
-    and the gate masses are stacked as (..., S, m+1) so a single cumulative sum gives N and D.
+    The path is memory-bound (its tensors are as large as the residual stream, its matmuls small), so it is
+    written to touch each large tensor as few times as possible:
+      * LN_w and LN_q normalise the same u: u is normalised once and each norm's gain and offset fold into
+        the projection after it, W (g * x + b) + b' = (W diag g) x + (W b + b'), so the gates, the values
+        and the query come from one matmul (exact up to rounding);
+      * gated values and gate masses are stacked as (..., S, m+1) so one cumulative sum gives N and D;
+      * the recomputed workspace never materialises M~ = N / sqrt(D): the normalisation folds into the
+        (batch, length, S) slot weights, sum_s alpha_s N_s / sqrt(D_s).
     """
 
     def __init__(self, dim: int, slots: int, slot_dim: int, rounds: int, eps: float, ws_eps: float,
@@ -102,7 +108,7 @@ class Workspace(nn.Module):
         self.slots, self.slot_dim, self.ws_eps = slots, slot_dim, ws_eps
         self.write_norm = LayerNorm(dim, eps)  # LN_w
         self.write = nn.Linear(dim, slots + slots * slot_dim)  # [W_g; W_v], [b_g; b_v]
-        self.query_norm = LayerNorm(dim, eps)  # LN_q
+        self.query_norm = LayerNorm(dim, eps)  # LN_q (same eps as LN_w: they share one normalisation)
         self.query = nn.Linear(dim, slot_dim)  # W_q, b_q
         self.keys = nn.Parameter(torch.randn(slots, slot_dim) / math.sqrt(slot_dim))  # k_s ~ N(0, 1/m)
         self.out = nn.Linear(slot_dim, dim)  # W_o, b_o
@@ -112,27 +118,43 @@ class Workspace(nn.Module):
         self.retention = nn.Parameter(torch.full((rounds,), logit))
         self.combine_norm = LayerNorm(dim, eps)  # LN_b
 
-    def writes(self, u: torch.Tensor) -> torch.Tensor:
-        """(batch, length, dim) -> gated values and masses (batch, length, S, m+1)."""
-        gv = self.write(self.write_norm(u))
-        gate = torch.sigmoid(gv[..., :self.slots]).unsqueeze(-1)  # (b, l, S, 1)
-        value = torch.tanh(gv[..., self.slots:]).unflatten(-1, (self.slots, self.slot_dim))  # (b, l, S, m)
-        return torch.cat((gate * value, gate), dim=-1)
+    def project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(batch, length, dim) -> gates g (b, l, S), values v (b, l, S, m), query q (b, l, m)  (eqs. 3, 6)."""
+        x = F.layer_norm(u, u.shape[-1:], eps=self.write_norm.eps)
+        weight = torch.cat((self.write.weight * self.write_norm.weight, self.query.weight * self.query_norm.weight))
+        bias = torch.cat((self.write.bias + self.write.weight @ self.write_norm.bias,
+                          self.query.bias + self.query.weight @ self.query_norm.bias))
+        projected = F.linear(x, weight, bias)
+        S, m = self.slots, self.slot_dim
+        gate = torch.sigmoid(projected[..., :S])
+        value = torch.tanh(projected[..., S:S + S * m]).unflatten(-1, (S, m))
+        return gate, value, projected[..., S + S * m:]
 
-    def memory(self, writes: torch.Tensor, carry: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prefix sums -> M~ (batch, length, S, m) and the new carry (batch, S, m+1) for the next chunk."""
-        sums = writes.cumsum(dim=1)
-        if carry is not None:
-            sums = sums + carry.unsqueeze(1)
-        numer, mass = sums[..., :-1], sums[..., -1:]
-        return numer * mass.clamp_min(self.ws_eps).rsqrt(), sums[:, -1]
+    def prefix_sums(self, gate: torch.Tensor, value: torch.Tensor, carry: torch.Tensor | None) -> torch.Tensor:
+        """Running [N | D] per slot, (batch, length, S, m+1): N = sum_{j<=i} g v, D = sum_{j<=i} g (eq. 4).
 
-    def read(self, u: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """c = gamma (W_o sum_s alpha_s M_s + b_o), alpha = softmax_s(q . k_s / sqrt(m))."""
-        q = self.query(self.query_norm(u))  # (b, l, m)
-        alpha = torch.softmax(q @ self.keys.t() / math.sqrt(self.slot_dim), dim=-1)  # (b, l, S)
-        read = (alpha.unsqueeze(-2) @ memory).squeeze(-2)  # (b, l, 1, S) @ (b, l, S, m) -> (b, l, m)
-        return self.gamma * self.out(read)
+        `carry` (batch, S, m+1) holds the sums over earlier chunks (incremental decoding)."""
+        gate = gate.unsqueeze(-1)
+        sums = torch.cat((gate * value, gate), dim=-1).cumsum(dim=1)
+        return sums if carry is None else sums + carry.unsqueeze(1)
+
+    def inverse_norm(self, sums: torch.Tensor) -> torch.Tensor:
+        """1 / sqrt(max(D, eps)) per position and slot, (batch, length, S)."""
+        return sums[..., -1].clamp_min(self.ws_eps).rsqrt()
+
+    def memory(self, sums: torch.Tensor) -> torch.Tensor:
+        """M~ = N / sqrt(max(D, eps)), (batch, length, S, m)  (eq. 4)."""
+        return sums[..., :-1] * self.inverse_norm(sums).unsqueeze(-1)
+
+    def slot_weights(self, query: torch.Tensor) -> torch.Tensor:
+        """alpha = softmax_s(q . k_s / sqrt(m)), (batch, length, S)  (eq. 6)."""
+        return torch.softmax(query @ self.keys.t() / math.sqrt(self.slot_dim), dim=-1)
+
+    def read(self, weights: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """c = gamma (W_o sum_s w_s slots_s + b_o)  (eq. 7); weights (b, l, S), slots (b, l, S, m).
+
+        A broadcast multiply and sum: a batched (1 x S) @ (S x m) matmul per position is 3x slower here."""
+        return self.gamma * self.out((weights.unsqueeze(-1) * slots).sum(dim=-2))
 
     def rho(self, r: int) -> torch.Tensor:
         return torch.sigmoid(self.retention[min(r, len(self.retention) - 1)])
@@ -327,15 +349,19 @@ class WorkspaceLoop(_Anchored):
     def block_input(self, r, e, h, state, aux):
         u = self.anchor(e, h)
         ws = self.workspace
-        carry = state.sums[r] if state is not None else None
-        memory, new_carry = ws.memory(ws.writes(u), carry)
+        gate, value, query = ws.project(u)
+        sums = ws.prefix_sums(gate, value, state.sums[r] if state is not None else None)
         if state is not None:
-            state.sums[r] = new_carry
-        if self.retain and r > 0:  # eq. 5: blend with the previous round's summary at the same position
+            state.sums[r] = sums[:, -1].clone()  # a copy, so the state does not pin the whole chunk's sums
+        alpha = ws.slot_weights(query)
+        if not self.retain:  # sum_s alpha_s N_s / sqrt(D_s) without materialising M~
+            return ws.combine_norm(u + ws.read(alpha * ws.inverse_norm(sums), sums[..., :-1]))
+        memory = ws.memory(sums)
+        if r > 0:  # eq. 5: blend with the previous round's summary at the same position
             rho = ws.rho(r)
             memory = rho * aux["memory"] + (1 - rho) * memory
         aux["memory"] = memory
-        return ws.combine_norm(u + ws.read(u, memory))
+        return ws.combine_norm(u + ws.read(alpha, memory))
 
 
 @register("workspace_retention", LoopConfig,
