@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -41,20 +39,14 @@ def save_state(path: Path, model, state, *, history: torch.Tensor, pending: torc
     """Write the complete continuation state to `path` atomically (safetensors, metadata as JSON)."""
     from safetensors.torch import save_file
 
+    from .train.checkpoint import atomic_path
+
     tensors, meta = model.state_to_tensors(state)
     tensors = {f"state.{k}": v.cpu() for k, v in tensors.items()}
     tensors.update(history=history.cpu(), pending=pending.cpu(), sampler=generator.get_state())
     meta.update(weights=weights_fingerprint(model), format=1)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(Path(path)) as tmp:
         save_file(tensors, tmp, metadata={STATE_KEY: json.dumps(meta)})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def load_state(path: Path, model):

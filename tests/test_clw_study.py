@@ -104,3 +104,27 @@ def test_pending_runs_skips_done_runs_and_starts_none_after_the_deadline(tmp_pat
     started = list(study_results.pending_runs(plan, table, stop_after=1.0, log=messages.append))
     assert [k["row"] for k in started] == ["workspace"]  # the next run would have started after 1 minute
     assert messages == ["stopping: --stop-after 1 minutes reached, 2 run(s) left to do"]
+
+
+def test_two_processes_share_a_study_without_losing_rows_or_training_a_run_twice(tmp_path):
+    """Two `looped reproduce` processes on one results folder: each ResultTable is loaded before the other
+    writes, yet neither drops the other's rows, and a run one of them has claimed is skipped by the other
+    (the claim is a flock, held by the generator until its consumer asks for the next run)."""
+    from looped.experiments import results as study_results
+
+    first, second = clw_study.results_table(tmp_path), clw_study.results_table(tmp_path)
+    first.add({"corpus": "enwik8", "row": "plain", "seed": 11, "status": "ok"})
+    second.add({"corpus": "enwik8", "row": "shared_loop", "seed": 11, "status": "ok"})
+    assert {r["row"] for r in clw_study.results_table(tmp_path).rows} == {"plain", "shared_loop"}
+
+    plan = clw_study.plan_runs(seeds=(11,), corpora=("enwik8",), rows=("plain", "workspace", "anchored_loop"))
+    messages = []
+    runs_a = study_results.pending_runs(plan, first, log=messages.append)
+    runs_b = study_results.pending_runs(plan, second, log=messages.append)
+    assert next(runs_a)["row"] == "workspace"  # a claims workspace and trains it ...
+    assert next(runs_b)["row"] == "anchored_loop"  # ... so b skips it
+    assert messages == ["skipping enwik8 / 11 / workspace: another process is running it"]
+    first.add({"corpus": "enwik8", "row": "workspace", "seed": 11, "status": "ok"})
+    second.add({"corpus": "enwik8", "row": "anchored_loop", "seed": 11, "status": "ok"})
+    assert list(runs_a) == [] and list(runs_b) == []  # anchored_loop, done by b meanwhile, is not started by a
+    assert len(clw_study.results_table(tmp_path).rows) == 4

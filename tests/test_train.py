@@ -247,3 +247,21 @@ def test_tensorboard_missing_is_a_clear_error(corpus, tmp_path):
         pass
     with pytest.raises(TrainingError, match="tensorboard package is not installed"):
         train(tiny_run_config(corpus, train={"tensorboard": True}), tmp_path / "run").run()
+
+
+def test_atomic_writes_keep_the_old_file_on_failure_and_use_plain_permissions(tmp_path):
+    from looped.train.checkpoint import atomic_path, atomic_write_text
+
+    target = tmp_path / "results.csv"
+    atomic_write_text(target, "old\n")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            open(tmp, "w").write("half")
+            raise RuntimeError("killed mid-write")
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text(target, "new\n")
+    finally:
+        os.umask(mask)
+    assert target.read_text() == "new\n" and target.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600

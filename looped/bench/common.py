@@ -14,7 +14,6 @@ import math
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -133,29 +132,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
     """Write `data` as indented JSON atomically: a reader never sees a half-written file."""
+    from ..train.checkpoint import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The temporary file lives in the target folder so os.replace is a same-filesystem rename.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates the file private (0600); give it the permissions a plain open() would.
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, allow_nan=False)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, allow_nan=False)
+        handle.write("\n")
     return path
-
-
-def _current_umask() -> int:
-    """The process umask (reading it means setting it, so set it straight back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

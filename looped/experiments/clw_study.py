@@ -111,6 +111,8 @@ def _updates(folder: Path) -> int:
 
 # --- report -----------------------------------------------------------------------------------------------
 def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable) -> None:
+    for table in (results, by_rounds, exits):
+        table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     ckpt.atomic_write_text(out / "table.md", table_markdown(results, exits))
     if results.rows:

@@ -243,6 +243,8 @@ def _best_at(row: dict, difficulty: int) -> float | None:
 
 
 def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str) -> None:
+    for table in (results, gates):
+        table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     ckpt.atomic_write_text(out / "table.md", table_markdown(results, scale))
     for task, arch, alpha in _groups(results):

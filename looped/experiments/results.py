@@ -1,13 +1,25 @@
-"""What the study runners share: train-or-resume one run, and an append-only CSV keyed by run."""
+"""What the study runners share: train-or-resume one run, and an append-only CSV keyed by run.
+
+Several `looped reproduce` processes may work on one study at once (two GPUs, two terminals): each run is
+claimed with an exclusive lock before it starts, so no two processes train the same run, and every CSV
+update re-reads the file under a lock, so no process drops rows another one wrote.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import re
 import statistics
 import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: one process per study (no locking)
+    fcntl = None
 
 from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
@@ -20,6 +32,10 @@ class ResultTable:
     def __init__(self, path: Path, columns: list[str], key: list[str]):
         self.path, self.columns, self.key = Path(path), columns, key
         self.rows: list[dict] = []
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the rows from disk again (other processes may have added some)."""
         if self.path.exists():
             with open(self.path, newline="") as f:
                 self.rows = list(csv.DictReader(f))
@@ -33,10 +49,12 @@ class ResultTable:
 
     def add(self, row: dict) -> None:
         key = {k: str(row[k]) for k in self.key}
-        self.rows = [r for r in self.rows if {k: str(r[k]) for k in self.key} != key]
-        # stored as text, exactly as a reload from the CSV would give it: a table never mixes 918524 and "918524"
-        self.rows.append({c: "" if row.get(c) is None else str(row[c]) for c in self.columns})
-        self.save()
+        with exclusive_lock(self.path.parent / f".{self.path.name}.lock"):
+            self.reload()
+            self.rows = [r for r in self.rows if {k: str(r[k]) for k in self.key} != key]
+            # stored as text, exactly as a reload gives it back: a table never mixes 918524 and "918524"
+            self.rows.append({c: "" if row.get(c) is None else str(row[c]) for c in self.columns})
+            self.save()
 
     def save(self) -> None:
         buffer = io.StringIO()
@@ -45,6 +63,26 @@ class ResultTable:
         writer.writerows(self.rows)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, buffer.getvalue())
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, *, wait: bool = True):
+    """flock on `path` (created if missing); yields True when held, False when `wait` is off and another
+    process holds it. Released when the block ends or the process dies."""
+    if fcntl is None:
+        yield True
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def mean_sd(values: list[float]) -> tuple[float, float | None]:
@@ -61,17 +99,28 @@ def format_mean_sd(values: list[float], digits: int = 4) -> str:
 def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
     """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
     run starts (the one in progress finishes), so a study fits a machine booking without losing a run
-    half-way. `plan` items are keys, or (key, anything) pairs."""
+    half-way. `plan` items are keys, or (key, anything) pairs. Each run is claimed (a lock held until the
+    caller asks for the next one): a run another process has claimed is skipped, not trained twice."""
     deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
     for item in plan:
         key = item[0] if isinstance(item, tuple) else item
         if results.has(**key):
             continue
         if deadline is not None and time.monotonic() > deadline:
+            results.reload()
             left = sum(not results.has(**(i[0] if isinstance(i, tuple) else i)) for i in plan)
             log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
             return
-        yield item
+        name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join(f"{k}={v}" for k, v in key.items()))
+        claim = results.path.parent / ".claims" / f"{name}.lock"
+        with exclusive_lock(claim, wait=False) as mine:
+            if not mine:
+                log(f"skipping {' / '.join(str(v) for v in key.values())}: another process is running it")
+                continue
+            results.reload()  # finished by another process while this one worked on earlier runs?
+            if results.has(**key):
+                continue
+            yield item
 
 
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:

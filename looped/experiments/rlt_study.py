@@ -175,6 +175,8 @@ def _paper(task: str, row: str, length: int, metric: str) -> str:
 
 
 def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: str = "cpu") -> None:
+    for table in (results, lengths):
+        table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     ckpt.atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
     tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))

@@ -11,6 +11,7 @@ leaves the previous checkpoint intact.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -33,14 +34,35 @@ class CheckpointError(ValueError):
     """A checkpoint folder is missing, incomplete, corrupt or does not fit the model/config."""
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+@contextlib.contextmanager
+def atomic_path(path: Path):
+    """Yields a temporary path beside `path` to write; when the block ends normally it replaces `path` in one
+    rename (a reader never sees a half-written file, a failed write leaves the old one), otherwise it is removed.
+    The file gets the permissions a plain open() would give it (mkstemp's are private)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask means setting it: set it straight back
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
