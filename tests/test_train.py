@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from looped.cli import main
-from looped.config import ConfigError, from_dict
+from looped.config import from_dict
 from looped.train import RunConfig, Trainer, TrainingError
 from looped.train.schedule import learning_rate
 from looped.train.trainer import param_groups
