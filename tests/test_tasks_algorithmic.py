@@ -92,10 +92,10 @@ def test_tokens_within_vocabulary_and_framing(key, length):
 @pytest.mark.parametrize("length", [1, 3, 17, 40, 256])
 def test_parity_layout(length):
     batch = alg.ParityTask().sample(np.random.default_rng(0), 50, length)
-    assert batch.tokens.shape == (50, length + 4) and (batch.lengths == length + 4).all()
-    assert (batch.tokens[:, length + 1] == ord("=")).all()
-    expected_mask = torch.zeros(length + 4, dtype=torch.bool)
-    expected_mask[length + 1] = True  # only '=' is scored: it predicts the parity bit
+    assert batch.tokens.shape == (50, length + 3) and (batch.lengths == length + 3).all()
+    assert set(batch.tokens[:, 1:length + 1].flatten().tolist()) <= {ord("0"), ord("1")}
+    expected_mask = torch.zeros(length + 3, dtype=torch.bool)
+    expected_mask[length] = True  # only the last bit is scored: it predicts the parity symbol
     assert (batch.loss_mask == expected_mask).all()
 
 
@@ -162,7 +162,8 @@ def test_addition_answers_match_python_ints(length):
 def test_parity_labels(length):
     batch = alg.ParityTask().sample(np.random.default_rng(20 + length), 300, length)
     for i in range(len(batch)):
-        bits, label = rows_text(batch, i)[len("<BOS>") :].split("=")
+        text = rows_text(batch, i)[len("<BOS>") :]
+        bits, label = text[:length], text[length:]
         assert set(bits) <= {"0", "1"} and len(bits) == length
         assert label == alg.reference_parity(bits) + "<EOS>"
         assert scored(batch, i) == [ord(str(sum(map(int, bits)) % 2))]
@@ -239,7 +240,7 @@ def test_s5_permutation_tokens():
 def test_label_distributions_are_sensible():
     rng = np.random.default_rng(5)
     parity = alg.ParityTask().sample(rng, 2000, 40)
-    assert 0.45 < (parity.targets[:, 41] == ord("1")).double().mean() < 0.55
+    assert 0.45 < (parity.targets[:, 40] == ord("1")).double().mean() < 0.55
     standard = alg.S5Task("standard").sample(rng, 100, 32)
     assert len(set(standard.tokens[:, 1:].flatten().tolist())) == 120
     bracketed = alg.Mod5BracketedTask().sample(rng, 1000, 40)
@@ -458,7 +459,7 @@ def test_score_hand_computed_parity():
     task = alg.ParityTask()
     batch = task.sample(np.random.default_rng(13), 4, 3)
     predictions = batch.targets.clone()
-    predictions[0, 4] = ord("1") + ord("0") - predictions[0, 4]  # flip row 0's parity bit
+    predictions[0, 3] = ord("1") + ord("0") - predictions[0, 3]  # flip row 0's parity bit (scored at the last bit)
     result = task.score(batch, predictions)
     assert result["final_state_accuracy"] == result["prefix_token_accuracy"] == result["sequence_accuracy"] == 0.75
 
@@ -484,4 +485,4 @@ def test_render():
     parity = alg.ParityTask().sample(np.random.default_rng(0), 1, 5)
     row, targets = alg.ParityTask().render(parity, 0).split("\n  scored targets: ")
     bits = row[len("<BOS>") : len("<BOS>") + 5]
-    assert row == f"<BOS>{bits}={targets}<EOS>" and targets == alg.reference_parity(bits)
+    assert row == f"<BOS>{bits}{targets}<EOS>" and targets == alg.reference_parity(bits)

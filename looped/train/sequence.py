@@ -3,7 +3,7 @@ addition) with next-token loss restricted to the task's `loss_mask`.
 
     task: {kind: sequence, name: parity}                        # the paper's recipe
     task: {kind: sequence, name: s5, variant: swaps}
-    task: {kind: sequence, name: parity, curriculum_start: 8, same_length_batches: true}   # CPU recipe
+    task: {kind: sequence, name: parity, curriculum_start: 3, same_length_batches: true}   # CPU recipe
 
 Loss (eq. 24): every token of a row passes through the model, so unscored tokens still update the state
 (encoder memory, SWA KV, feedback); only the scored targets enter the loss, normalised per example, then

@@ -20,13 +20,22 @@ from looped.models import build_model
 from looped.models.rlt import MemoryAttention, RLT0Config, RLTConfig
 
 # The task pipeline's symbols (looped.data.tasks.algorithmic): 277 symbols, bits as ASCII '0' / '1'.
-VOCAB, BOS, ZERO = 277, 256, ord("0")
+VOCAB, BOS, ZERO, EQUALS = 277, 256, ord("0"), ord("=")
 
 
 def parity_batch(n: int, length: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens (n, 1 + length): BOS then bits; targets (n, length): the running parity after each bit, as symbols."""
     bits = torch.randint(0, 2, (n, length), generator=generator)
     return torch.cat([torch.full((n, 1), BOS), bits + ZERO], 1), bits.cumsum(1) % 2 + ZERO
+
+
+def scored(model, tokens: torch.Tensor, equals: bool) -> torch.Tensor:
+    """Logits (batch, length, symbols) aligned with the targets: at each bit, or with `equals` the last
+    position is '=' (the one the task pipeline scores) instead of the last bit."""
+    if not equals:
+        return model(tokens)[:, 1:]
+    logits = model(torch.cat([tokens, torch.full_like(tokens[:, :1], EQUALS)], 1))
+    return logits[:, 2:]
 
 
 def readout(logits: torch.Tensor, targets: torch.Tensor, full: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +56,12 @@ def main() -> None:
                         help="ablation: the decoder's cross-attention to encoder memory outputs zeros")
     parser.add_argument("--full-readout", action="store_true",
                         help="cross-entropy over all 277 symbols, as the task pipeline (default: over '0' and '1')")
+    parser.add_argument("--equals", action="store_true",
+                        help="as the task rows: '=' after the bits, the final parity read at '=' (implies --supervision final)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.equals:
+        args.supervision = "final"  # the other positions are not aligned with a target
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -64,7 +77,7 @@ def main() -> None:
     for update in range(args.updates):
         longest = min(args.max_length, 2 + update // args.ramp)
         tokens, targets = parity_batch(32, int(torch.randint(2, longest + 1, (1,), generator=data)), data)
-        logits, targets = readout(model(tokens)[:, 1:], targets, args.full_readout)
+        logits, targets = readout(scored(model, tokens, args.equals), targets, args.full_readout)
         if args.supervision == "final":
             loss = F.cross_entropy(logits[:, -1], targets[:, -1])
         else:
@@ -78,7 +91,7 @@ def main() -> None:
     with torch.no_grad():
         for length in (16, 64, 256):
             tokens, targets = parity_batch(256, length, torch.Generator().manual_seed(99))
-            logits, targets = readout(model(tokens)[:, 1:], targets, args.full_readout)
+            logits, targets = readout(scored(model, tokens, args.equals), targets, args.full_readout)
             right = logits.argmax(-1) == targets
             print(f"{args.arch} {length:3d} bits: final-bit accuracy {right[:, -1].float().mean():.3f}, "
                   f"every-prefix accuracy {right.float().mean():.3f}")
