@@ -13,6 +13,7 @@ Decoding: prefill a prompt, then one token per `decode` call to `context`, again
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -105,9 +106,13 @@ def main(args: argparse.Namespace) -> int:
                                 batch=args.batch or (8 if small else 1), steps=args.steps, optimizer=small,
                                 threads=args.threads)
     result = {"train": train, "environment": environment()}
+    out = Path(args.out or DEFAULT_OUT.with_name(f"clw_{args.budget}.json"))
     if small and not args.no_decode:
         result["decode"] = run_clw_decode_bench()
-    path = write_json(args.out or DEFAULT_OUT.with_name(f"clw_{args.budget}.json"), result)
+    elif out.exists() and "decode" in (earlier := json.loads(out.read_text())):
+        # --no-decode re-measures training only: keep the file's decoding section, marked as the earlier run's
+        result["decode"] = {**earlier["decode"], "from_earlier_run": earlier.get("environment", True)}
+    path = write_json(out, result)
     print_table(["row", "parameters", "median step (s)", "tokens/s", "x plain"],
                 [[row, f"{r['parameters']:,}", f"{r['median_s']:.3f}", f"{r['tokens_per_s']:,.0f}",
                   f"{train['relative_to_plain'][row]:.2f}"] for row, r in train["rows"].items()])
