@@ -61,7 +61,6 @@ class ResultTable:
         writer = csv.DictWriter(buffer, fieldnames=self.columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.rows)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, buffer.getvalue())
 
 
@@ -96,6 +95,11 @@ def format_mean_sd(values: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
 
 
+def run_label(key: dict) -> str:
+    """How logs and --status name a run: its key values joined by ' / '."""
+    return " / ".join(str(v) for v in key.values())
+
+
 def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
     """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
     run starts (the one in progress finishes), so a study fits a machine booking without losing a run
@@ -115,7 +119,7 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
         claim = results.path.parent / ".claims" / f"{name}.lock"
         with exclusive_lock(claim, wait=False) as mine:
             if not mine:
-                log(f"skipping {' / '.join(str(v) for v in key.values())}: another process is running it")
+                log(f"skipping {run_label(key)}: another process is running it")
                 continue
             results.reload()  # finished by another process while this one worked on earlier runs?
             if results.has(**key):
@@ -132,7 +136,7 @@ def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
         status = match.get("status", "ok") if match else ""
         state = "to do" if match is None else ("done" if status == "ok" else "failed")
         counts[state] += 1
-        label = " / ".join(str(v) for v in key.values())
+        label = run_label(key)
         lines.append(f"  {state:6s} {label}" + (f"  ({status})" if state == "failed" else ""))
     head = f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do ({results.path})"
     return "\n".join([head, *lines]) + "\n"
