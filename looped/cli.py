@@ -72,7 +72,7 @@ def cmd_eval(args) -> int:
     start = time.perf_counter()
     result = evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
                          rounds=args.rounds, unit=streams.unit, progress=not args.no_progress,
-                         exit_threshold=args.exit_threshold)
+                         exit_threshold=args.exit_threshold, by_position=args.by_position)
     result.update(checkpoint=str(resolve_checkpoint(args.run, args.which)), corpus=streams.name,
                   seconds=round(time.perf_counter() - start, 2))
     text = json.dumps(result, indent=2)
@@ -244,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--exit-threshold", type=float,
                            help="looped rows: early exit once a position's distribution moves < this (TV)")
             p.add_argument("--batch-size", type=int, default=16)
+            p.add_argument("--by-position", action="store_true",
+                           help="also report the score by target position (buckets 1, 2-3, 4-7, ...)")
             p.add_argument("--out", help="also write the JSON here")
             p.add_argument("--no-progress", action="store_true")
         else:

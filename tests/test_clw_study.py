@@ -20,8 +20,14 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert {(r["corpus"], r["row"]) for r in rows} == {(c, r) for c in clw.CORPORA for r in ("plain", "workspace")}
     assert all(r["status"] == "ok" and int(r["targets"]) == 8192 for r in rows)
-    for name in ("table.md", "nll.png", "rounds.png", "early_exit.png", "rounds.csv", "early_exit.csv"):
+    for name in ("table.md", "nll.png", "rounds.png", "early_exit.png", "rounds.csv", "early_exit.csv",
+                 "positions.csv", "positions.png"):
         assert (out / name).exists(), name
+    positions = list(csv.DictReader(open(out / "positions.csv")))
+    buckets = sorted({(int(r["first"]), int(r["last"])) for r in positions})
+    assert buckets == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 127), (128, 255), (256, 511),
+                       (512, 512)]
+    assert len(positions) == 4 * len(buckets)  # 2 rows x 2 corpora, every bucket
     rounds = list(csv.DictReader(open(out / "rounds.csv")))
     assert sorted({int(r["rounds"]) for r in rounds}) == list(range(1, 9))
     assert {r["row"] for r in rounds} == {"workspace"}  # only looped rows have a depth to vary
@@ -29,7 +35,19 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     clw_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained, nothing changed
     assert (out / "results.csv").read_text() == before
     table = (out / "table.md").read_text()
-    assert "| workspace |" in table and "## Early exit at inference" in table
+    assert "| workspace |" in table and "## Early exit at inference" in table and "by position" in table
+
+    # a run finished before the study kept positions: scored again from its folder on the next invocation
+    kept = [r for r in positions if not (r["corpus"] == "enwik8" and r["row"] == "plain")]
+    table_ = clw_study.positions_table(out)
+    table_.rows = kept
+    table_.save()
+    messages = []
+    clw_study.run_study(out, runs, **{**kwargs, "log": messages.append})
+    assert messages == ["scoring by position: enwik8 / plain / seed 11"]
+    again = {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in csv.DictReader(open(out / "positions.csv"))}
+    assert again == {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in positions}
+    assert (out / "results.csv").read_text() == before
     exits = list(csv.DictReader(open(out / "early_exit.csv")))
     assert {(r["row"], float(r["threshold"])) for r in exits} == {("workspace", t) for t in clw_study.EXIT_THRESHOLDS}
 

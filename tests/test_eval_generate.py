@@ -30,6 +30,20 @@ def test_eval_is_eq_9_including_the_short_last_batch(model):
     assert partial["blocks"] == 2 and partial["targets"] == 80
 
 
+def test_by_position_buckets_double_and_average_to_the_total(model):
+    blocks = torch.randint(0, 257, (5, 41))  # 40 targets per block
+    result = evaluate_lm(model, blocks, batch_size=2, by_position=True)
+    buckets = result["by_position"]
+    assert [(b["first"], b["last"]) for b in buckets] == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 40)]
+    with torch.no_grad():
+        per_position = F.cross_entropy(model(blocks[:, :-1]).transpose(1, 2), blocks[:, 1:], reduction="none").mean(0)
+    assert buckets[3]["nll"] == pytest.approx(per_position[7:15].mean().item(), rel=1e-5)
+    weighted = sum(b["nll"] * (b["last"] - b["first"] + 1) for b in buckets) / 40
+    assert weighted == pytest.approx(result["nll"], rel=1e-5)
+    assert buckets[0]["bits"] == pytest.approx(buckets[0]["nll"] / math.log(2))
+    assert "by_position" not in evaluate_lm(model, blocks)
+
+
 def test_wikitext_unit_is_per_symbol(model):
     result = evaluate_lm(model, torch.randint(0, 257, (2, 41)), unit="symbol")
     assert "bits_per_symbol" in result and "bits_per_byte" not in result

@@ -20,15 +20,18 @@ from ..data import heldout_batches
 def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batches: int = 0,
                 rounds: int | None = None, unit: str = "byte", device: torch.device | str = "cpu",
                 autocast_dtype: torch.dtype | None = None, progress: bool = False,
-                exit_threshold: float | None = None) -> dict:
+                exit_threshold: float | None = None, by_position: bool = False) -> dict:
     """Score `blocks` (num_blocks, block_size); max_batches 0 = all of them.
 
     exit_threshold (looped rows): evaluate with the early-exit rule and report mean rounds used. Exit
     decisions are per position, so scores do not depend on the batch size.
+    by_position: also report the score by target position in doubling buckets (1, 2-3, 4-7, ..., counting
+    the first target as position 1), which shows how much of a model's gain comes from using more context.
     """
     was_training = model.training
     model.eval()
     total_nll, total_targets, used_blocks, total_rounds = 0.0, 0, 0, 0
+    position_nll = torch.zeros(blocks.shape[1] - 1, dtype=torch.float64)  # summed over blocks
     n_batches = math.ceil(len(blocks) / batch_size)
     if max_batches:
         n_batches = min(n_batches, max_batches)
@@ -43,8 +46,9 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
             else:
                 logits, used = model.forward_early_exit(inputs, exit_threshold, rounds=rounds)
                 total_rounds += int(used.sum())
-        nll = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
-        total_nll += nll.item()
+        nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # (batch, length)
+        position_nll += nll.sum(0).double().cpu()
+        total_nll += nll.sum().item()
         total_targets += targets.numel()
         used_blocks += len(batch)
     model.train(was_training)
@@ -55,4 +59,18 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
               "blocks": used_blocks, "unit": unit, "rounds": rounds}
     if exit_threshold is not None:
         result.update(exit_threshold=exit_threshold, mean_rounds_used=total_rounds / total_targets)
+    if by_position:
+        result["by_position"] = position_buckets(position_nll / used_blocks)
     return result
+
+
+def position_buckets(mean_nll: torch.Tensor) -> list[dict]:
+    """Mean NLL per target position (length,) -> doubling buckets [1], [2, 3], [4, 7], ... (1-based; the last
+    bucket ends at the block's last target), each with its mean NLL in nats and in bits."""
+    buckets, start = [], 1
+    while start <= len(mean_nll):
+        end = min(2 * start - 1, len(mean_nll))
+        nll = mean_nll[start - 1:end].mean().item()
+        buckets.append({"first": start, "last": end, "nll": nll, "bits": nll / math.log(2)})
+        start *= 2
+    return buckets

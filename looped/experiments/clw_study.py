@@ -3,7 +3,9 @@
 Each run trains a CPU recipe (configs/clw/cpu/<row>.yaml + configs/clw/data/cpu_<corpus>.yaml, written by
 looped.experiments.clw), scores the whole held-out tail at the final checkpoint (seed 000 eq. 9), then
 scores the looped rows again at test-time rounds 1..8. A finished run is a line in results.csv and is
-never trained again; an interrupted run resumes from its last checkpoint.
+never trained again; an interrupted run resumes from its last checkpoint. The held-out score is also kept by
+target position (positions.csv: doubling buckets 1, 2-3, ..., 256-511, 512), which shows whether a row's gain
+comes from using more context; finished runs that lack it are scored again from their folder when it exists.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl
            "heldout_targets", "train_seconds", "updates", "status"]
 ROUND_COLUMNS = ["corpus", "row", "seed", "rounds", "nll", "bits_per_byte"]
 EXIT_COLUMNS = ["corpus", "row", "seed", "threshold", "nll", "bits_per_byte", "mean_rounds_used"]
+POSITION_COLUMNS = ["corpus", "row", "seed", "first", "last", "nll", "bits_per_byte"]
 EXIT_THRESHOLDS = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
 TEST_ROUNDS = tuple(range(1, 9))
 
@@ -56,7 +59,9 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
     results = results_table(out)
     by_rounds = ResultTable(out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
     exits = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
+    positions = positions_table(out)
     plan = plan_runs(seeds=seeds, corpora=corpora, rows=rows)
+    backfill_positions(plan, results, positions, runs, log)
     for key in pending_runs(plan, results, stop_after=stop_after, log=log):
         corpus, seed, row = key["corpus"], key["seed"], key["row"]
         log(f"== clw cpu: {corpus} / {row} / seed {seed}")
@@ -66,10 +71,9 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
                                           log)
         if seconds is None:
             continue
-        model, config = load_model(folder / "checkpoints" / "last")
-        streams = load_streams(config.data)
-        blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{corpus} held-out")
-        score = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit)
+        model, blocks, unit = heldout_model(folder, corpus)
+        score = evaluate_lm(model, blocks, batch_size=16, unit=unit, by_position=True)
+        record_positions(positions, key, score["by_position"])
         counts = model.parameter_counts()
         results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
                      "parameters": counts["total"], "targets": _targets(folder),
@@ -78,13 +82,42 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
                      "train_seconds": f"{seconds:.1f}", "updates": _updates(folder), "status": "ok"})
         if row in clw.LOOPED_ROWS:
             for rounds in TEST_ROUNDS:
-                r = evaluate_lm(model, blocks, batch_size=16, unit=streams.unit, rounds=rounds)
+                r = evaluate_lm(model, blocks, batch_size=16, unit=unit, rounds=rounds)
                 by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
                                "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
-            early_exit_sweep(model, blocks, streams.unit, key, exits)
-        write_report(out, results, by_rounds, exits)
-    write_report(out, results, by_rounds, exits)
+            early_exit_sweep(model, blocks, unit, key, exits)
+        write_report(out, results, by_rounds, exits, positions)
+    write_report(out, results, by_rounds, exits, positions)
     return results
+
+
+def heldout_model(folder: Path, corpus: str):
+    """(model, held-out blocks, unit) of a finished run, from its last checkpoint."""
+    model, config = load_model(folder / "checkpoints" / "last")
+    streams = load_streams(config.data)
+    return model, to_blocks(streams.heldout, config.data.block_size, name=f"{corpus} held-out"), streams.unit
+
+
+def positions_table(out: Path) -> ResultTable:
+    return ResultTable(Path(out) / "positions.csv", POSITION_COLUMNS, ["corpus", "row", "seed", "first"])
+
+
+def record_positions(table: ResultTable, key: dict, buckets: list[dict]) -> None:
+    for b in buckets:
+        table.add({**key, "first": b["first"], "last": b["last"], "nll": f"{b['nll']:.6f}",
+                   "bits_per_byte": f"{b['bits']:.6f}"})
+
+
+def backfill_positions(plan: list[dict], results: ResultTable, positions: ResultTable, runs: Path, log) -> None:
+    """Score by position the finished runs that have no positions rows yet (runs finished before the study
+    kept them), where the run folder is still on disk; each such run is claimed like a training run."""
+    todo = [key for key in plan if results.has(**key, status="ok") and not positions.has(**key)
+            and (runs / key["corpus"] / key["row"] / f"seed{key['seed']}" / "checkpoints" / "last").is_dir()]
+    for key in pending_runs(todo, positions, log=log):
+        log(f"scoring by position: {key['corpus']} / {key['row']} / seed {key['seed']}")
+        model, blocks, unit = heldout_model(runs / key["corpus"] / key["row"] / f"seed{key['seed']}", key["corpus"])
+        record_positions(positions, key, evaluate_lm(model, blocks, batch_size=16, unit=unit,
+                                                     by_position=True)["by_position"])
 
 
 def early_exit_sweep(model, blocks, unit: str, key: dict, table: ResultTable) -> None:
@@ -110,17 +143,21 @@ def _updates(folder: Path) -> int:
 
 
 # --- report -----------------------------------------------------------------------------------------------
-def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable) -> None:
-    for table in (results, by_rounds, exits):
+def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable,
+                 positions: ResultTable | None = None) -> None:
+    positions = positions if positions is not None else positions_table(out)
+    for table in (results, by_rounds, exits, positions):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_text(out / "table.md", table_markdown(results, exits))
+    ckpt.atomic_write_text(out / "table.md", table_markdown(results, exits, positions))
     if results.rows:
         plot_nll(results, out / "nll.png")
     if by_rounds.rows:
         plot_rounds(by_rounds, out / "rounds.png")
     if exits.rows:
         plot_early_exit(exits, out / "early_exit.png")
+    if positions.rows:
+        plot_positions(positions, out / "positions.png")
 
 
 def _values(results: ResultTable, corpus: str, row: str, column: str) -> list[float]:
@@ -128,7 +165,8 @@ def _values(results: ResultTable, corpus: str, row: str, column: str) -> list[fl
             if r["corpus"] == corpus and r["row"] == row and r.get("status", "ok") == "ok"]
 
 
-def table_markdown(results: ResultTable, exits: ResultTable | None = None) -> str:
+def table_markdown(results: ResultTable, exits: ResultTable | None = None,
+                   positions: ResultTable | None = None) -> str:
     lines = ["# Seed 000 rows at CPU scale (small budget widths)", "",
              "Held-out bits per byte, mean ± sample SD over seeds (n = seeds finished). PPL = 2^bpb. "
              "Paper: seed 000 Table 3, small budget, full recipe (81.92M targets, not comparable in scale).", "",
@@ -157,7 +195,39 @@ def table_markdown(results: ResultTable, exits: ResultTable | None = None) -> st
         lines.append(f"- {corpus}: " + ", ".join(parts))
     if exits is not None and exits.rows:
         lines += ["", *early_exit_markdown(exits)]
+    if positions is not None and positions.rows:
+        lines += ["", *positions_markdown(positions)]
     return "\n".join(lines) + "\n"
+
+
+def position_means(positions: ResultTable, corpus: str, row: str) -> dict[tuple[int, int], tuple[float, int]]:
+    """(first, last) bucket -> (mean bits/byte over the seeds scored, number of seeds)."""
+    values: dict[tuple[int, int], list[float]] = {}
+    for r in positions.rows:
+        if r["corpus"] == corpus and r["row"] == row:
+            values.setdefault((int(r["first"]), int(r["last"])), []).append(float(r["bits_per_byte"]))
+    return {bucket: (mean_sd(v)[0], len(v)) for bucket, v in sorted(values.items())}
+
+
+def positions_markdown(positions: ResultTable) -> list[str]:
+    """Per corpus: held-out bits/byte by target position bucket, one line per row (mean over seeds)."""
+    lines = ["## Held-out bits/byte by position in the block", "",
+             "Target positions 1..512 of each held-out block in doubling buckets; mean over the seeds scored (n). "
+             "A row whose numbers fall from left to right uses the context it has read.", ""]
+    for corpus in clw.CORPORA:
+        means = {row: position_means(positions, corpus, row) for row in clw.ROWS}
+        buckets = sorted({b for m in means.values() for b in m})
+        if not buckets:
+            continue
+        lines += [f"{corpus}:", "", "| row | n | " + " | ".join(f"{a}" if a == z else f"{a}-{z}" for a, z in buckets)
+                  + " |", "|---|---:|" + "---:|" * len(buckets)]
+        for row, m in means.items():
+            if m:
+                n = min(count for _, count in m.values())
+                lines.append(f"| {row} | {n} | " + " | ".join(f"{m[b][0]:.3f}" if b in m else "–" for b in buckets)
+                             + " |")
+        lines.append("")
+    return lines[:-1]
 
 
 def early_exit_markdown(exits: ResultTable) -> list[str]:
@@ -235,6 +305,21 @@ def plot_rounds(by_rounds: ResultTable, path: Path) -> None:
         ax.set_ylabel("held-out bits/byte")
         ax.set_title(corpus)
         ax.set_ylim(top=min(ax.get_ylim()[1], 8.5))
+    per_corpus_figure(path, draw)
+
+
+def plot_positions(positions: ResultTable, path: Path) -> None:
+    """Held-out bits/byte against target position (doubling buckets, log axis), one line per row."""
+    def draw(ax, corpus):
+        for i, row in enumerate(clw.ROWS):
+            m = position_means(positions, corpus, row)
+            if m:
+                xs = [(a * z) ** 0.5 for a, z in m]  # geometric middle of each bucket
+                ax.plot(xs, [v for v, _ in m.values()], marker="o", ms=3, label=row, color=f"C{i}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("target position in the 512-byte block")
+        ax.set_ylabel("held-out bits/byte")
+        ax.set_title(corpus)
     per_corpus_figure(path, draw)
 
 
