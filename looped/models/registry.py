@@ -5,12 +5,25 @@ Registering is all a new architecture needs: the shared tests, the CLI (`looped 
 
     @register("my_loop", MyLoopConfig, test_overrides={"dim": 32})
     class MyLoop(CausalLM): ...
+
+Architectures outside this package are plugins, imported the first time the registry is read:
+  LOOPED_PLUGINS=my_models.py,other_pkg.models looped train cfg.yaml     # .py files or module names
+  [project.entry-points."looped.architectures"] my_loop = "my_pkg.models" # an installed package
+(examples/input_injection.py is a worked example.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+import zlib
 from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, from_dict
@@ -78,3 +91,53 @@ def build_model(config: Any):
 def _load_builtin() -> None:
     # Importing the family modules runs their @register decorators.
     from . import loop, reasoning_baselines, recurrent_depth, rlt, transformer  # noqa: F401
+    load_plugins()
+
+
+PLUGIN_ENV = "LOOPED_PLUGINS"
+ENTRY_POINT_GROUP = "looped.architectures"
+_plugins_loaded: set[str] = set()
+
+
+def load_plugins() -> None:
+    """Import every plugin not imported yet: the entries of $LOOPED_PLUGINS (comma-separated; a path ending
+    in .py or a module name) and the modules installed packages declare under the entry-point group
+    'looped.architectures'. Importing a plugin runs its @register decorators."""
+    sources = [("env", item.strip()) for item in os.environ.get(PLUGIN_ENV, "").split(",") if item.strip()]
+    sources += [("entry point", value) for value in _entry_point_plugins()]
+    for origin, item in sources:
+        if item in _plugins_loaded:
+            continue
+        _plugins_loaded.add(item)  # before importing: a plugin that reads the registry must not recurse
+        try:
+            _import_plugin(item)
+        except Exception as err:
+            _plugins_loaded.discard(item)
+            where = PLUGIN_ENV if origin == "env" else f"entry point group {ENTRY_POINT_GROUP}"
+            raise ConfigError(f"{where}: cannot import plugin {item!r}: {type(err).__name__}: {err}") from None
+
+
+@functools.cache
+def _entry_point_plugins() -> tuple[str, ...]:
+    """Scanned once per process: reading every installed package's metadata takes milliseconds."""
+    return tuple(ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _import_plugin(item: str) -> None:
+    if not item.endswith(".py"):
+        importlib.import_module(item.split(":")[0])
+        return
+    path = Path(item).expanduser().resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file {str(path)!r}")
+    name = f"looped_plugin_{path.stem}_{zlib.crc32(str(path).encode()):08x}"  # one module per file
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
