@@ -1,4 +1,4 @@
-"""`looped` command line: train, eval, generate, params, data, quickstart, bench."""
+"""`looped` command line: train, eval, generate, plot, params, data, quickstart, reproduce, bench, ..."""
 
 from __future__ import annotations
 
@@ -100,6 +100,16 @@ def cmd_generate(args) -> int:
                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                    rounds=args.rounds)
     print(decode_text(ids[0].tolist()))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .eval.curves import plot_runs
+
+    runs = [Path(r) for r in args.runs]
+    out = Path(args.out) if args.out else (runs[0] if runs[0].is_dir() else runs[0].parent) / "curves.png"
+    print(plot_runs(runs, out, metrics=args.metrics, x=args.x, smooth=args.smooth, labels=args.labels))
+    print(f"wrote {out}")
     return 0
 
 
@@ -256,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--top-p", type=float, default=1.0)
             p.add_argument("--seed", type=int, default=0)
             p.add_argument("--threads", type=int, default=1, help="torch threads while decoding (default 1)")
+
+    p = sub.add_parser("plot", help="training curves of one or more runs side by side (PNG + text summary)")
+    p.add_argument("runs", nargs="+", help="run folders (or their metrics.jsonl files)")
+    p.add_argument("--metrics", nargs="+", help="default: loss, val_loss and the run's headline score")
+    p.add_argument("--x", default="step", choices=["step", "targets"], help="x axis (default step)")
+    p.add_argument("--smooth", type=float, default=0.6, help="EMA weight for the training loss, 0 = raw (default 0.6)")
+    p.add_argument("--labels", nargs="+", help="legend names, one per run (default: folder names)")
+    p.add_argument("--out", help="PNG path (default: curves.png in the first run folder)")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("params", help="parameter counts by component, as JSON")
     p.add_argument("target", help="a YAML config or an architecture name")

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import build_model, get_arch
+from ..train.checkpoint import atomic_save_figure
 from .common import environment, print_table, summarize, torch_threads, write_json
 from .train import make_train_step, time_interleaved
 
@@ -243,7 +244,7 @@ def plot(result: dict, path: Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path)
     plt.close(fig)
     return path
 

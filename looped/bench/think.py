@@ -40,6 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ..train.checkpoint import atomic_save_figure
 from .common import environment, print_table, summarize, time_once, torch_threads, write_json
 
 DEFAULT_OUT = Path("results/bench/think.json")
@@ -355,7 +356,7 @@ def plot_think(result: dict, path: Path) -> Path:
         ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path)
     plt.close(fig)
     return path
 

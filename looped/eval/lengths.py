@@ -27,6 +27,7 @@ import torch
 
 from ..data.tasks.algorithmic import AlgorithmicTask, fixed_set
 from ..train.sequence import accuracies, build_task, score_rows
+from ..train.checkpoint import atomic_save_figure
 
 METRICS = ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy")
 
@@ -152,7 +153,7 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path)
     plt.close(fig)
     return path
 

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tasks.base import ReasoningBatch
+from ..train.checkpoint import atomic_save_figure
 
 DIAGNOSTIC_VARIANTS = ("baseline", "zeros", "clamp", "reinit0", "reinit1", "reinit2")
 
@@ -436,7 +437,7 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
     fig.colorbar(image, ax=ax, label="accuracy")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -461,6 +462,6 @@ def plot_gate_means(series: dict[str, Sequence[float]], path: str | Path, traine
     if series:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path)
     plt.close(fig)
     return path

@@ -271,7 +271,7 @@ def per_corpus_figure(path: Path, draw) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ckpt.atomic_save_figure(fig, path)
     plt.close(fig)
 
 

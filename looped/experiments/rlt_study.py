@@ -207,7 +207,7 @@ def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str
         plot_length_curves(table, spec["name"], path, metric=metric, labels=labels, variant=spec.get("variant"),
                            title=f"{task}: {metric.replace('_', ' ')}", ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ckpt.atomic_save_figure(fig, path)
     plt.close(fig)
 
 
@@ -224,7 +224,7 @@ def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: di
                            metric=rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),
                            variant=spec.get("variant"), title=task)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ckpt.atomic_save_figure(fig, path)
     plt.close(fig)
 
 

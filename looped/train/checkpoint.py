@@ -65,6 +65,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
+def atomic_save_figure(fig, path: Path, dpi: int = 120) -> None:
+    """A matplotlib figure saved like every other output: the old file stays until the new one is complete.
+    The format comes from the suffix of `path` (the temporary file has none)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+
+
 def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
     """files: name -> str (text) | dict[str, Tensor] | (dict[str, Tensor], metadata dict) (safetensors).
     Replaces `folder` as a whole."""

@@ -1,0 +1,140 @@
+"""Training curves of one or more runs, side by side: `looped plot RUN [RUN ...]`.
+
+Reads each run's metrics.jsonl (training lines: step, loss, lr, ...; evaluation lines: step, val_*), draws one
+panel per metric with one line per run, and returns a text summary (last and best value of every metric per
+run) so the comparison is readable in a terminal too. Training loss is drawn raw (faint) and smoothed with an
+exponential moving average; evaluation metrics are drawn as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..train.checkpoint import atomic_save_figure
+
+# Shown when --metrics is not given: the training loss, the held-out loss, and the first headline score present.
+HEADLINE = ("val_bits_per_byte", "val_bits_per_symbol", "val_accuracy", "val_final_state_accuracy")
+X_AXES = ("step", "targets")
+
+
+class CurveError(ValueError):
+    """Bad input to `looped plot` (one line, naming the run or metric)."""
+
+
+def read_metrics(run: Path) -> list[dict]:
+    """The JSON lines of run/metrics.jsonl (a run folder, or the file itself)."""
+    path = run / "metrics.jsonl" if run.is_dir() else run
+    if not path.is_file():
+        raise CurveError(f"{run}: no metrics.jsonl (not a run folder)")
+    lines = []
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if text.strip():
+            try:
+                lines.append(json.loads(text))
+            except json.JSONDecodeError:
+                raise CurveError(f"{path}:{number}: not a JSON line") from None
+    if not lines:
+        raise CurveError(f"{path}: empty")
+    return lines
+
+
+def series(lines: list[dict], metric: str, x: str) -> tuple[list[float], list[float]]:
+    """(xs, ys) of every line that has both `metric` and the x axis. Evaluation lines carry no `targets`, so
+    for x = targets they take the targets of the last training line at or before their step."""
+    xs, ys, targets_at = [], [], {}
+    last_targets = 0
+    for line in lines:
+        if "targets" in line and "step" in line:
+            last_targets = line["targets"]
+            targets_at[line["step"]] = last_targets
+        if metric in line and isinstance(line[metric], (int, float)):
+            position = line.get("step") if x == "step" else targets_at.get(line.get("step"), last_targets)
+            if position is not None:
+                xs.append(float(position))
+                ys.append(float(line[metric]))
+    return xs, ys
+
+
+def default_metrics(runs: dict[str, list[dict]]) -> list[str]:
+    present = set.intersection(*(available(lines) for lines in runs.values()))
+    chosen = [m for m in ("loss", "val_loss") if m in present]
+    chosen += [m for m in HEADLINE if m in present][:1]
+    return chosen or sorted(present)[:1]
+
+
+def available(lines: list[dict]) -> set[str]:
+    return {k for line in lines for k, v in line.items() if isinstance(v, (int, float)) and k not in ("step",)}
+
+
+def higher_is_better(metric: str) -> bool:
+    return "accuracy" in metric or metric.endswith("tokens_per_s")
+
+
+def ema(values: list[float], smooth: float) -> list[float]:
+    """Debiased exponential moving average: the zero start is divided out, so the first points are not
+    dragged towards the first value (which, for a training loss, is far above the rest)."""
+    out, average = [], 0.0
+    for n, v in enumerate(values, 1):
+        average = smooth * average + (1 - smooth) * v
+        out.append(average / (1 - smooth ** n))
+    return out
+
+
+def labels_for(runs: list[Path]) -> list[str]:
+    """Folder names, or parent/name where two runs share a name (seed11 under two rows, say)."""
+    names = [r.name if r.is_dir() else r.parent.name for r in runs]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{r.parent.name}/{r.name}" if r.is_dir() else f"{r.parent.parent.name}/{r.parent.name}" for r in runs]
+
+
+def plot_runs(runs: list[Path], out: Path, *, metrics: list[str] | None = None, x: str = "step",
+              smooth: float = 0.6, labels: list[str] | None = None) -> str:
+    """Write the figure to `out` and return the text summary."""
+    if x not in X_AXES:
+        raise CurveError(f"--x must be one of {', '.join(X_AXES)}, got {x!r}")
+    if not 0 <= smooth < 1:
+        raise CurveError(f"--smooth must be in [0, 1), got {smooth}")
+    if labels is not None and len(labels) != len(runs):
+        raise CurveError(f"--labels: {len(labels)} labels for {len(runs)} runs")
+    data = dict(zip(labels or labels_for(runs), (read_metrics(Path(r)) for r in runs)))
+    if len(data) != len(runs):
+        raise CurveError("--labels: two runs have the same label")
+    metrics = metrics or default_metrics(data)
+    for label, lines in data.items():
+        missing = [m for m in metrics if m not in available(lines)]
+        if missing:
+            raise CurveError(f"{label}: no metric {missing[0]!r} (it has: {', '.join(sorted(available(lines)))})")
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(3, len(metrics))
+    rows = math.ceil(len(metrics) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    summary = []
+    for ax, metric in zip(axes.flat, metrics):
+        for i, (label, lines) in enumerate(data.items()):
+            xs, ys = series(lines, metric, x)
+            color = f"C{i % 10}"
+            if metric == "loss" and smooth > 0 and len(ys) > 2:
+                ax.plot(xs, ys, color=color, alpha=0.25, lw=0.8)
+                ax.plot(xs, ema(ys, smooth), color=color, label=label)
+            else:
+                ax.plot(xs, ys, color=color, label=label, marker="o" if len(ys) < 30 else None, ms=3)
+            best = max(ys) if higher_is_better(metric) else min(ys)
+            summary.append(f"{label:24s} {metric:28s} last {ys[-1]:.4g} @ {x} {xs[-1]:,.0f}   best {best:.4g}")
+        ax.set_title(metric)
+        ax.set_xlabel(x)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_save_figure(fig, out)
+    plt.close(fig)
+    return "\n".join(summary)
