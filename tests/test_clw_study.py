@@ -25,8 +25,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
         assert (out / name).exists(), name
     positions = list(csv.DictReader(open(out / "positions.csv")))
     buckets = sorted({(int(r["first"]), int(r["last"])) for r in positions})
-    assert buckets == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 127), (128, 255), (256, 511),
-                       (512, 512)]
+    assert buckets == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 63), (64, 127), (128, 255), (256, 512)]
     assert len(positions) == 4 * len(buckets)  # 2 rows x 2 corpora, every bucket
     rounds = list(csv.DictReader(open(out / "rounds.csv")))
     assert sorted({int(r["rounds"]) for r in rounds}) == list(range(1, 9))

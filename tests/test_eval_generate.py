@@ -34,7 +34,7 @@ def test_by_position_buckets_double_and_average_to_the_total(model):
     blocks = torch.randint(0, 257, (5, 41))  # 40 targets per block
     result = evaluate_lm(model, blocks, batch_size=2, by_position=True)
     buckets = result["by_position"]
-    assert [(b["first"], b["last"]) for b in buckets] == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 40)]
+    assert [(b["first"], b["last"]) for b in buckets] == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 40)]
     with torch.no_grad():
         per_position = F.cross_entropy(model(blocks[:, :-1]).transpose(1, 2), blocks[:, 1:], reduction="none").mean(0)
     assert buckets[3]["nll"] == pytest.approx(per_position[7:15].mean().item(), rel=1e-5)

@@ -65,12 +65,15 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
 
 
 def position_buckets(mean_nll: torch.Tensor) -> list[dict]:
-    """Mean NLL per target position (length,) -> doubling buckets [1], [2, 3], [4, 7], ... (1-based; the last
-    bucket ends at the block's last target), each with its mean NLL in nats and in bits."""
+    """Mean NLL per target position (length,) -> doubling buckets [1], [2, 3], [4, 7], ... (1-based), each with
+    its mean NLL in nats and in bits. The last bucket runs to the last target, absorbing a remainder shorter than
+    itself (512 targets: ..., [128, 255], [256, 512]) rather than leaving a bucket of a few noisy positions."""
     buckets, start = [], 1
     while start <= len(mean_nll):
         end = min(2 * start - 1, len(mean_nll))
+        if len(mean_nll) - end < start:
+            end = len(mean_nll)
         nll = mean_nll[start - 1:end].mean().item()
         buckets.append({"first": start, "last": end, "nll": nll, "bits": nll / math.log(2)})
-        start *= 2
+        start = end + 1
     return buckets
