@@ -243,9 +243,7 @@ def plot(result: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

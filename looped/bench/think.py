@@ -355,9 +355,7 @@ def plot_think(result: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

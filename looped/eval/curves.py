@@ -134,7 +134,5 @@ def plot_runs(runs: list[Path], out: Path, *, metrics: list[str] | None = None, 
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
     atomic_save_figure(fig, out)
-    plt.close(fig)
     return "\n".join(summary)

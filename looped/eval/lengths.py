@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from ..data.tasks.algorithmic import AlgorithmicTask, fixed_set
-from ..train.sequence import accuracies, build_task, score_rows
 from ..train.checkpoint import atomic_save_figure
+from ..train.sequence import accuracies, build_task, score_rows
 
 METRICS = ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy")
 
@@ -151,10 +151,8 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
     if not own_figure:
         return None
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     atomic_save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

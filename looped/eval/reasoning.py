@@ -415,7 +415,6 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(grid.difficulties), 1.2 + 0.42 * len(grid.budgets)))
     image = ax.imshow(grid.accuracy, origin="lower", cmap="viridis", vmin=0.4, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(grid.difficulties)), [str(d) for d in grid.difficulties])
@@ -438,7 +437,6 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
-    plt.close(fig)
     return path
 
 
@@ -450,7 +448,6 @@ def plot_gate_means(series: dict[str, Sequence[float]], path: str | Path, traine
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for name, values in series.items():
         ax.plot(range(1, len(values) + 1), values, marker=".", label=name)
@@ -463,5 +460,4 @@ def plot_gate_means(series: dict[str, Sequence[float]], path: str | Path, traine
         ax.legend(fontsize=7)
     fig.tight_layout()
     atomic_save_figure(fig, path)
-    plt.close(fig)
     return path

@@ -4,7 +4,7 @@ Each run trains a CPU recipe (configs/clw/cpu/<row>.yaml + configs/clw/data/cpu_
 looped.experiments.clw), scores the whole held-out tail at the final checkpoint (seed 000 eq. 9), then
 scores the looped rows again at test-time rounds 1..8. A finished run is a line in results.csv and is
 never trained again; an interrupted run resumes from its last checkpoint. The held-out score is also kept by
-target position (positions.csv: doubling buckets 1, 2-3, ..., 256-511, 512), which shows whether a row's gain
+target position (positions.csv: doubling buckets 1, 2-3, ..., 128-255, 256-512), which shows whether a row's gain
 comes from using more context; finished runs that lack it are scored again from their folder when it exists.
 """
 
@@ -66,7 +66,7 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
         corpus, seed, row = key["corpus"], key["seed"], key["row"]
         log(f"== clw cpu: {corpus} / {row} / seed {seed}")
         config = run_config(row, corpus, seed, overrides, scale=scale, budget=budget)
-        folder = runs / corpus / row / f"seed{seed}"
+        folder = run_folder(runs, key)
         seconds = train_or_record_failure(results, {**key, "arch": config.model.arch}, config, folder, progress,
                                           log)
         if seconds is None:
@@ -102,20 +102,23 @@ def positions_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "positions.csv", POSITION_COLUMNS, ["corpus", "row", "seed", "first"])
 
 
+def run_folder(runs: Path, key: dict) -> Path:
+    return runs / key["corpus"] / key["row"] / f"seed{key['seed']}"
+
+
 def record_positions(table: ResultTable, key: dict, buckets: list[dict]) -> None:
-    for b in buckets:
-        table.add({**key, "first": b["first"], "last": b["last"], "nll": f"{b['nll']:.6f}",
-                   "bits_per_byte": f"{b['bits']:.6f}"})
+    table.add_many([{**key, "first": b["first"], "last": b["last"], "nll": f"{b['nll']:.6f}",
+                     "bits_per_byte": f"{b['bits']:.6f}"} for b in buckets])
 
 
 def backfill_positions(plan: list[dict], results: ResultTable, positions: ResultTable, runs: Path, log) -> None:
     """Score by position the finished runs that have no positions rows yet (runs finished before the study
     kept them), where the run folder is still on disk; each such run is claimed like a training run."""
     todo = [key for key in plan if results.has(**key, status="ok") and not positions.has(**key)
-            and (runs / key["corpus"] / key["row"] / f"seed{key['seed']}" / "checkpoints" / "last").is_dir()]
+            and (run_folder(runs, key) / "checkpoints" / "last").is_dir()]
     for key in pending_runs(todo, positions, log=log):
         log(f"scoring by position: {key['corpus']} / {key['row']} / seed {key['seed']}")
-        model, blocks, unit = heldout_model(runs / key["corpus"] / key["row"] / f"seed{key['seed']}", key["corpus"])
+        model, blocks, unit = heldout_model(run_folder(runs, key), key["corpus"])
         record_positions(positions, key, evaluate_lm(model, blocks, batch_size=16, unit=unit,
                                                      by_position=True)["by_position"])
 
@@ -144,8 +147,7 @@ def _updates(folder: Path) -> int:
 
 # --- report -----------------------------------------------------------------------------------------------
 def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable,
-                 positions: ResultTable | None = None) -> None:
-    positions = positions if positions is not None else positions_table(out)
+                 positions: ResultTable) -> None:
     for table in (results, by_rounds, exits, positions):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
@@ -272,7 +274,6 @@ def per_corpus_figure(path: Path, draw) -> None:
             ax.legend(fontsize=7)
     fig.tight_layout()
     ckpt.atomic_save_figure(fig, path)
-    plt.close(fig)
 
 
 def plot_nll(results: ResultTable, path: Path) -> None:

@@ -48,12 +48,16 @@ class ResultTable:
         return self.find(**key) is not None
 
     def add(self, row: dict) -> None:
-        key = {k: str(row[k]) for k in self.key}
+        self.add_many([row])
+
+    def add_many(self, rows: list[dict]) -> None:
+        """Add rows (each replacing any row with its key) in one locked read-modify-write of the file."""
+        keys = {tuple(str(row[k]) for k in self.key) for row in rows}
         with exclusive_lock(self.path.parent / f".{self.path.name}.lock"):
             self.reload()
-            self.rows = [r for r in self.rows if {k: str(r[k]) for k in self.key} != key]
+            self.rows = [r for r in self.rows if tuple(str(r[k]) for k in self.key) not in keys]
             # stored as text, exactly as a reload gives it back: a table never mixes 918524 and "918524"
-            self.rows.append({c: "" if row.get(c) is None else str(row[c]) for c in self.columns})
+            self.rows += [{c: "" if row.get(c) is None else str(row[c]) for c in self.columns} for row in rows]
             self.save()
 
     def save(self) -> None:

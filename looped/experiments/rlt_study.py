@@ -208,7 +208,6 @@ def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str
                            title=f"{task}: {metric.replace('_', ' ')}", ax=ax)
     fig.tight_layout()
     ckpt.atomic_save_figure(fig, path)
-    plt.close(fig)
 
 
 def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: dict[str, str]) -> None:
@@ -225,7 +224,6 @@ def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: di
                            variant=spec.get("variant"), title=task)
     fig.tight_layout()
     ckpt.atomic_save_figure(fig, path)
-    plt.close(fig)
 
 
 # --- CLI entry ----------------------------------------------------------------------------------------------

@@ -66,10 +66,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_save_figure(fig, path: Path, dpi: int = 120) -> None:
-    """A matplotlib figure saved like every other output: the old file stays until the new one is complete.
-    The format comes from the suffix of `path` (the temporary file has none)."""
+    """Save a matplotlib figure like every other output (the old file stays until the new one is complete; the
+    folder is created) and close it. The format comes from the suffix of `path` (the temporary file has none)."""
+    import matplotlib.pyplot as plt
+
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+    plt.close(fig)
 
 
 def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
