@@ -33,9 +33,10 @@ def depths(arch: str) -> list:
     return list(get_arch(arch).test_depths) or [None]
 
 
-def check_causality(arch: str, cut: int = 9, length: int = 24, tol: float = 1e-6):
-    """Changing tokens after position `cut` leaves logits at positions <= cut unchanged."""
-    model = tiny_model(arch)
+def check_causality(arch: str, cut: int = 9, length: int = 24, tol: float = 1e-6, **overrides):
+    """Changing tokens after position `cut` leaves logits at positions <= cut unchanged.
+    `overrides` change the tiny config (e.g. a family-specific setting such as RLT's feedback_interval)."""
+    model = tiny_model(arch, **overrides)
     vocab = model.config.vocab_size
     for rounds in depths(arch):
         x = torch.randint(0, vocab, (3, length))
@@ -48,9 +49,9 @@ def check_causality(arch: str, cut: int = 9, length: int = 24, tol: float = 1e-6
         assert (a[:, cut + 1:] - b[:, cut + 1:]).abs().max() > 0, "perturbation had no effect at all"
 
 
-def check_incremental(arch: str, prefixes=(1, 5, 17), length: int = 30, tol: float = 1e-5):
+def check_incremental(arch: str, prefixes=(1, 5, 17), length: int = 30, tol: float = 1e-5, **overrides):
     """prefill(prefix) + step-by-step decoding == full forward, and chunked decoding likewise."""
-    model = tiny_model(arch)
+    model = tiny_model(arch, **overrides)
     vocab = model.config.vocab_size
     x = torch.randint(0, vocab, (2, length))
     for rounds in depths(arch):
@@ -68,9 +69,9 @@ def check_incremental(arch: str, prefixes=(1, 5, 17), length: int = 30, tol: flo
             assert diff <= tol, f"{arch} rounds={rounds} chunked: |Δlogit| {diff}"
 
 
-def check_incremental_fp32(arch: str, tol: float = 1e-5):
+def check_incremental_fp32(arch: str, tol: float = 1e-5, **overrides):
     """The same equivalence in float32 (the dtype users decode in)."""
-    model = tiny_model(arch).float()
+    model = tiny_model(arch, **overrides).float()
     x = torch.randint(0, model.config.vocab_size, (2, 20))
     for rounds in depths(arch):
         with torch.no_grad():

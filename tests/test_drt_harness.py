@@ -147,6 +147,15 @@ def test_shipped_recipes_load_and_train_through_the_cli(tmp_path, capsys):
     assert code == 0 and json.loads(out[out.index("\n{") + 1:])["step"] == 2  # after the trainer's log line
 
 
+def test_shipped_recipes_are_the_generated_ones(tmp_path):
+    written = drt.write_configs(tmp_path)
+    generated = {p.relative_to(tmp_path) for p in written}
+    root = REPO / "configs/drt"
+    assert generated == {p.relative_to(root) for p in root.rglob("*.yaml")}
+    for path in generated:
+        assert (root / path).read_text() == (tmp_path / path).read_text(), path
+
+
 def test_config_errors_are_clear():
     with pytest.raises(ValueError, match="hard_negatives applies to the graph task only"):
         from_dict(RunConfig, tiny_config(task={"name": "boolean", "hard_negatives": True}))
@@ -179,6 +188,29 @@ def test_grid_shape_csv_and_single_pass_equals_per_budget_calls(tmp_path):
         fast = logits_by_budget(model, test, [1, 2, 4])
         for t in (1, 2, 4):
             assert torch.allclose(fast[t], model(test, t), atol=1e-5)
+
+
+def test_heatmap_boundaries_sit_between_trained_and_untrained_cells():
+    from looped.eval.reasoning import _boundary_positions
+    assert _boundary_positions([1, 2, 4, 6, 8, 10, 12], 1, 5) == [2.5]  # difficulties 1-5 trained: after "4"
+    assert _boundary_positions([1, 2, 4, 5, 8, 12], 5, 8) == [2.5, 4.5]  # T 5-8 trained: around "5" and "8"
+    assert _boundary_positions([6, 8], 1, 5) == []  # nothing trained on the axis: no line
+
+
+def test_table_reports_mean_sd_over_seeds_and_act_ponder_steps(tmp_path):
+    from looped.experiments.results import ResultTable, format_mean_sd
+    assert format_mean_sd([0.5, 0.7, 0.9], 2) == "0.70 ± 0.20 (n=3)" and format_mean_sd([0.5], 1) == "0.5 (n=1)"
+    table = ResultTable(tmp_path / "results.csv", drt_study.COLUMNS, drt_study.KEY)
+    base = dict(task="graph", alpha="0.0", parameters="100", updates="2", train_seconds="1", trained_difficulties="1-5",
+                trained_steps="5-8", best_by_difficulty="", val_accuracy="", diagnostic_max_change="", status="ok")
+    table.add_many([{**base, "arch": "drt", "seed": s, "id_accuracy": a, "ood_accuracy": "0.5", "step1_12hop": "0.5",
+                     "mean_ponder_ood": ""} for s, a in ((42, "1.0"), (43, "0.9"))]
+                   + [{**base, "arch": "ut_act", "seed": 42, "id_accuracy": "0.8", "ood_accuracy": "0.5",
+                       "step1_12hop": "0.5", "mean_ponder_ood": "3.25"}])
+    text = drt_study.table_markdown(table, "cpu")
+    drt_row = next(line for line in text.splitlines() if line.startswith("| graph | drt | 0.0 |"))
+    act_row = next(line for line in text.splitlines() if line.startswith("| graph | ut_act | 0.0 |"))
+    assert "95.0 ± 7.1 (n=2)" in drt_row and "3.25 (n=1)" in act_row and "ACT ponder steps" in text
 
 
 def test_sufficient_budgets_and_id_ood_on_a_hand_made_grid():
@@ -325,6 +357,7 @@ def test_think_bench_writes_json_and_plot(tmp_path):
     for run in data["core"]["runs"]:
         assert run["footprint_bytes"] == data["core"]["parameter_bytes"] + run["peak_bytes"] > 0
     assert set(data["crossover"]) == {"1", "3"} and data["goals"]["kv_cache_linear"]["met"] is True
+    assert data["goals"]["core_memory_flat"]["met"] is True  # deterministic: counted bytes, not timings
     assert set(data["goals"]) == {"core_memory_flat", "core_latency_linear", "kv_cache_linear"}
     assert set(data["goals"]["core_memory_flat"]["relative_change_max_vs_second_smallest_steps"]) == {"1", "3"}
 

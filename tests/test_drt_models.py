@@ -113,6 +113,16 @@ def test_beyond_table_error_is_one_line():
         model(batch, steps=0)
 
 
+@pytest.mark.parametrize("arch", ["drt", "drt_tied", "fixed_transformer", "gnn", "ut_act"])
+def test_an_empty_batch_is_a_one_line_error(arch):
+    model = tiny(arch, "graph")
+    empty = get_task("graph").sample(rng_for(0), 0, 2)
+    assert len(empty) == 0
+    with pytest.raises(ValueError, match="empty batch") as err:
+        model(empty, steps=2)
+    assert "\n" not in str(err.value)
+
+
 def test_beyond_table_clamp_reuses_the_last_row():
     clamped = tiny("drt", "sequence", beyond_table="clamp")  # depth_rows 6
     longer = tiny("drt", "sequence", depth_rows=8)

@@ -120,6 +120,30 @@ def test_length_curriculum_and_batch_composition():
         load_run_config(base=tiny_run(train_lengths=[9, 3]))
 
 
+@pytest.mark.parametrize("same_length", [True, False])
+def test_training_batches_never_contain_a_test_row(same_length):
+    def parity_task(test_lengths):
+        task = make_task(load_run_config(base=tiny_run(train_lengths=[3, 4], same_length_batches=same_length,
+                                                       validation_lengths=[32])), log=quiet)
+        task.task.test_lengths, task.task.test_rows_per_length = test_lengths, 4  # 4 of the 8 three-bit strings
+        return task
+
+    filtered, plain = parity_task((3, 32)), parity_task((32,))
+    held = filtered.test_keys(3)
+    assert len(held) == 4 and filtered.test_keys(4) == frozenset()
+    seen_three_bit, redrawn = set(), 0
+    for step in range(12):
+        batch, reference = filtered.batch_at(step, 16), plain.batch_at(step, 16)
+        keys = filtered.task.keys(batch)
+        assert not held & set(keys) and len(batch) == 16
+        seen_three_bit |= {k for k, d in zip(keys, batch.difficulty.tolist()) if d == 3}
+        if not held & set(plain.task.keys(reference)):
+            assert torch.equal(batch.tokens, reference.tokens)  # batches that met no test row are untouched
+        else:
+            redrawn += 1
+    assert redrawn > 0 and len(seen_three_bit) == 4  # collisions happened, and only the other four strings train
+
+
 # --- length-grid evaluation --------------------------------------------------------------------------------
 class Oracle(torch.nn.Module):
     """A fake LM that puts all its mass on the right answer of parity ('=' -> running parity) and S5

@@ -16,6 +16,7 @@ from looped.data.tasks.reasoning import (
     NestedBoolean,
     nesting_depth,
     relation_word,
+    row_hits,
     shortest_hops,
 )
 
@@ -490,3 +491,26 @@ def test_family_test_set_dedup():
     keys = task.keys(test)
     assert len(keys) == 150 and not keys & task.keys(train)
     assert [int(test.labels[test.difficulty == d].sum()) for d in (2, 3, 9)] == [25, 25, 25]
+
+
+@pytest.mark.parametrize("name", ["graph", "boolean", "family"])
+def test_score_counts_logit_signs_against_labels_per_difficulty(name):
+    task = base.get_task(name)
+    batch = task.sample_mixed(rng_for(3), 12, task.train_difficulties[:2])
+    labels = batch.labels
+    perfect = torch.where(labels > 0.5, 2.0, -2.0)
+    result = task.score(batch, perfect)
+    assert result["accuracy"] == 1.0 and result["rows"] == 12
+    assert set(result["by_difficulty"]) == set(batch.difficulty.tolist())
+    wrong_first = perfect.clone()
+    wrong_first[0] = -wrong_first[0]
+    result = task.score(batch, wrong_first)
+    assert result["accuracy"] == pytest.approx(11 / 12)
+    first = int(batch.difficulty[0])
+    share = int((batch.difficulty == first).sum())
+    assert result["by_difficulty"][first] == pytest.approx((share - 1) / share)
+    assert row_hits(torch.zeros(2), torch.tensor([0.0, 1.0])).tolist() == [1.0, 0.0]  # logit 0 predicts 0
+    with pytest.raises(TaskError, match="empty batch"):
+        task.score(task.sample(rng_for(0), 0, task.train_difficulties[0]), torch.zeros(0))
+    with pytest.raises(TaskError, match="do not match"):
+        task.score(batch, torch.zeros(3))

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.tasks.base import ReasoningBatch
+from ..data.tasks.reasoning import row_hits
 from ..train.checkpoint import atomic_save_figure
 
 DIAGNOSTIC_VARIANTS = ("baseline", "zeros", "clamp", "reinit0", "reinit1", "reinit2")
@@ -198,9 +199,8 @@ def evaluate_grid(model, test: ReasoningBatch, budgets: Sequence[int], *, batch_
             chunk = to_device(chunk, device)
             cols = torch.tensor([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols.numpy(), minlength=len(difficulties))
-            labels = chunk.labels.cpu() > 0.5
             for i, (t, logits) in enumerate(logits_by_budget(model, chunk, budgets).items()):
-                hit = ((logits.float().cpu() > 0) == labels).double()
+                hit = row_hits(logits, chunk.labels)
                 correct[i] += np.bincount(cols.numpy(), weights=hit.numpy(), minlength=len(difficulties))
                 if i == len(budgets) - 1 and getattr(core, "last_ponder", None) is not None:
                     per_row = _ponder_per_row(core.last_ponder)
@@ -243,7 +243,7 @@ def validation_metrics(model, rows: ReasoningBatch, steps: int, *, batch_size: i
             chunk = to_device(chunk, device)
             logits = model(chunk, steps).float()
             total_loss += F.binary_cross_entropy_with_logits(logits, chunk.labels.float(), reduction="sum").item()
-            total_correct += ((logits > 0) == (chunk.labels > 0.5)).sum().item()
+            total_correct += row_hits(logits, chunk.labels).sum().item()
             seen += len(chunk)
     finally:
         model.train(was_training)
@@ -350,7 +350,6 @@ def beyond_range_grids(model, test: ReasoningBatch, budgets: Sequence[int], trai
             core.check_batch(chunk)
             cols = np.array([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols, minlength=len(difficulties))
-            labels = chunk.labels.cpu() > 0.5
             mask = attention_mask(core.config.task_kind, chunk)
             shared = core.perception(chunk)
             for t in range(trained_steps):  # rows 0 .. trained_steps-1: the same in every variant
@@ -360,7 +359,7 @@ def beyond_range_grids(model, test: ReasoningBatch, budgets: Sequence[int], trai
                 for t in range(trained_steps, budgets[-1]):
                     h, _ = variant.step(h, t, mask)
                     if t + 1 in budgets:
-                        hit = ((variant.readout(h, chunk).float().cpu() > 0) == labels).double().numpy()
+                        hit = row_hits(variant.readout(h, chunk), chunk.labels).numpy()
                         correct[name][budgets.index(t + 1)] += np.bincount(cols, weights=hit,
                                                                           minlength=len(difficulties))
     finally:

@@ -194,13 +194,18 @@ def _pct(rows: list[dict], column: str) -> str:
     return format_mean_sd(values, 1) if values else "–"
 
 
+def _mean(rows: list[dict], column: str, digits: int) -> str:
+    values = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+    return format_mean_sd(values, digits) if values else "–"
+
+
 def table_markdown(results: ResultTable, scale: str) -> str:
     lines = [f"# Seed 002 (DRT) at {scale} scale", "",
              "ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
              "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
              "over seeds (n = seeds finished). Paper: seed 002 Table 3, full recipe (SPEC §2).", "",
              "| task | arch | alpha | ID % | OOD % | paper ID / OOD | step-1 acc. 12-hop | depth-emb. max |change| "
-             "| parameters |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| ACT ponder steps (OOD) | parameters |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for task, arch, alpha in _groups(results):
         rows = _ok(results, task=task, arch=arch, alpha=alpha)
         failed = any((str(r["task"]), str(r["arch"]), str(r["alpha"])) == (task, arch, alpha)
@@ -211,7 +216,8 @@ def table_markdown(results: ResultTable, scale: str) -> str:
             task, arch, alpha, _pct(rows, "id_accuracy") + (" (some runs failed)" if failed else ""),
             _pct(rows, "ood_accuracy"), f"{paper[0]} / {paper[1]}" if paper else "–",
             _pct(rows, "step1_12hop") if task == "graph" else "–",
-            _pct(rows, "diagnostic_max_change"), ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
+            _pct(rows, "diagnostic_max_change"), _mean(rows, "mean_ponder_ood", 2),
+            ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
     sweep = [g for g in _groups(results) if g[0] == "graph"]
     if len({g[2] for g in sweep}) > 1:
         lines += ["", "## Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", "",

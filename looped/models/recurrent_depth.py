@@ -291,6 +291,8 @@ class ReasoningModel(nn.Module):
         if tokens.dim() != 2 or tokens.dtype != torch.int64:
             raise ValueError(f"batch.tokens must be (n, length) int64, got {tuple(tokens.shape)} {tokens.dtype}")
         n, length = tokens.shape
+        if n == 0:
+            raise ValueError("empty batch: 0 rows (nothing to reason about)")
         if length > config.max_length:
             raise ValueError(f"sequence too long: {length} positions > model.max_length {config.max_length}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= config.vocab_size):

@@ -416,7 +416,7 @@ class RLT(CausalLM):
 
     STATE_FIELDS = ("arch", "vocab_size", "dim", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "window",
                     "feedback", "feedback_interval", "merge_scale", "memory_groups", "tie_encoder_decoder",
-                    "rope_base")
+                    "rope_base", "norm_eps")
 
     def state_to_tensors(self, state: RLTState) -> tuple[dict[str, torch.Tensor], dict]:
         """Plain tensors (safetensors-ready) and JSON-ready metadata describing a decode state."""
@@ -441,6 +441,9 @@ class RLT(CausalLM):
             if name not in meta or meta[name] != getattr(self.config, name):
                 raise ValueError(f"state does not fit this model: {name} is {meta.get(name)!r} in the state, "
                                  f"{getattr(self.config, name)!r} here")
+        if int(meta["position"]) > self.config.context_length:
+            raise ValueError(f"state does not fit this model: it holds {meta['position']} positions, more than "
+                             f"model.context_length {self.config.context_length}")
         state = self.init_state(int(meta["batch"]))
         state.position = int(meta["position"])
         for kind, caches in (("encoder", state.encoder), ("memory", state.memory)):

@@ -12,7 +12,9 @@ averaged over examples (Appendix F.3 step 4).
 Data: global batch k is a pure function of (data seed, task, k), so every row of a study sees the same stream
 and a resumed run continues it exactly (the step counter is the only state). Rows draw their length
 uniformly from the training range (`same_length_batches: false`, the paper's "randomly sample") or one length
-per micro-batch (`true`: no padding, so the token-sequential RLT decoder runs no wasted positions).
+per micro-batch (`true`: no padding, so the token-sequential RLT decoder runs no wasted positions). No
+training row is a row of the test set of its length (a colliding row is redrawn); test sets in turn skip the
+validation rows, so test rows are unseen in both.
 
 Length curriculum (a change to the paper's recipe, off by default): the longest allowed training length
 ramps linearly from `curriculum_start` to the top of the training range over the first `curriculum_fraction`
@@ -36,8 +38,8 @@ import numpy as np
 import torch
 
 from ..data.tasks import SequenceBatch, TaskError, get_task
-from ..data.tasks.algorithmic import (VOCAB_SIZE, AlgorithmicTask, concat_batches, fixed_set, select_rows,
-                                      split_seed)
+from ..data.tasks.algorithmic import (VOCAB_SIZE, AlgorithmicTask, concat_batches, fixed_set, replace_excluded,
+                                      select_rows, split_seed)
 from .objectives import masked_sequence_loss, per_example_loss
 from .tasks import register_task_kind
 
@@ -141,6 +143,7 @@ class SequenceTask:
         tc = config.train
         self.group = tc.micro_batch_size or tc.batch_size  # rows sharing a length when same_length_batches
         self.step = 0  # index of the next global batch
+        self._test_keys: dict[int, frozenset[bytes]] = {}  # length -> keys of its test rows (training skips them)
         size = c.validation_size or self.task.validation_rows_per_length
         lengths = c.validation_lengths or self.task.validation_lengths
         self.validation = {int(n): fixed_set(self.task, "validation", n, size) for n in lengths}
@@ -172,23 +175,38 @@ class SequenceTask:
         return [n for n in self.lengths if n <= cap] or self.lengths[:1]
 
     def batch_at(self, step: int, n: int) -> SequenceBatch:
-        """Global batch `step` (pure function of the data seed, the task and the step)."""
+        """Global batch `step` (pure function of the data seed, the task and the step); never a test row."""
         lengths = self.lengths_at(step)
         if self.config.same_length_batches:
             groups = []
             for g, start in enumerate(range(0, n, self.group)):
                 rng = batch_rng(self.seed, self.task, step, g)
-                groups.append(self.task.sample(rng, min(self.group, n - start), lengths[rng.integers(len(lengths))]))
+                length = int(lengths[rng.integers(len(lengths))])
+                groups.append(self.sample_unseen(rng, min(self.group, n - start), length))
             return concat_batches(groups)
         rng = batch_rng(self.seed, self.task, step, 0)
         draws = np.asarray(lengths)[rng.integers(len(lengths), size=n)]
         parts, order = [], []
         for length in np.unique(draws):  # one generator call per distinct length, rows back in draw order
             rows = np.flatnonzero(draws == length)
-            parts.append(self.task.sample(rng, len(rows), int(length)))
+            parts.append(self.sample_unseen(rng, len(rows), int(length)))
             order.extend(rows.tolist())
         merged = concat_batches(parts)
         return select_rows(merged, np.argsort(order, kind="stable").tolist())
+
+    def sample_unseen(self, rng: np.random.Generator, n: int, length: int) -> SequenceBatch:
+        """n training rows of one length, none of them a row of the task's test set at that length (the rare
+        collision is redrawn after the batch is drawn, so every other batch is exactly the generator's)."""
+        return replace_excluded(self.task, self.task.sample(rng, n, length), length, rng, self.test_keys(length))
+
+    def test_keys(self, length: int) -> frozenset[bytes]:
+        """Keys of the default test rows of one length; empty where the test grid has no such length."""
+        if length not in self._test_keys:
+            keys: frozenset[bytes] = frozenset()
+            if length in self.task.test_lengths:
+                keys = frozenset(self.task.keys(fixed_set(self.task, "test", length, self.task.test_rows_per_length)))
+            self._test_keys[length] = keys
+        return self._test_keys[length]
 
     def global_batch(self, n: int) -> SequenceBatch:
         batch = self.batch_at(self.step, n)

@@ -905,6 +905,19 @@ def train_batch(task: TaskLike, step: int, n: int, *, exclude: Iterable[bytes] =
     return _draw(task, rng, n, task.draw_train_length(rng), set(exclude), unique=False)
 
 
+def replace_excluded(task: TaskLike, batch: SequenceBatch, length: int, rng: np.random.Generator,
+                     exclude: set[bytes] | frozenset[bytes]) -> SequenceBatch:
+    """`batch` (rows of one `length`) with every row whose key is in `exclude` replaced by a fresh admissible row
+    drawn from `rng`. A batch with no such row comes back unchanged (the same object), so filtering a training
+    stream against held-out rows leaves every batch that never met one exactly as it was."""
+    task = _resolve(task)
+    hits = {i for i, key in enumerate(task.keys(batch)) if key in exclude}
+    if not hits:
+        return batch
+    kept = select_rows(batch, [i for i in range(len(batch)) if i not in hits])
+    return concat_batches([kept, _draw(task, rng, len(hits), length, set(exclude), unique=False)])
+
+
 MAX_BARREN_DRAWS = 20_000  # consecutive candidates without a new admissible row before a request is refused
 
 
@@ -948,6 +961,7 @@ __all__ = [
     "SPECIAL_TOKENS", "VOCAB_SIZE", "AdditionTask", "AlgorithmicTask", "Mod5BracketedTask", "Mod5FlatTask",
     "ParityTask", "S5Task", "concat_batches", "decode_text", "decode_token", "encode_text", "fixed_set",
     "heldout_keys", "permutation_token", "reference_addition_answer", "reference_mod5", "reference_parity",
+    "replace_excluded",
     "reference_s5_states", "select_rows", "split_seed", "test_sets", "token_permutation", "train_batch",
     "validation_sets",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "evaluate_boolean_reference",
     "nesting_depth",
     "relation_word",
+    "row_hits",
     "shortest_hops",
 ]
 
@@ -91,6 +92,13 @@ def concat_batches(batches: list[ReasoningBatch]) -> ReasoningBatch:
         difficulty=torch.cat([b.difficulty for b in batches]),
         extras={name: torch.cat([b.extras[name] for b in batches]) for name in names},
     )
+
+
+def row_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-row correctness (n,) float64 on the CPU: the prediction is label 1 where the logit is > 0."""
+    if logits.shape != labels.shape:
+        raise TaskError(f"logits of shape {tuple(logits.shape)} do not match labels of shape {tuple(labels.shape)}")
+    return ((logits.detach().float().cpu() > 0) == (labels.detach().cpu() > 0.5)).double()
 
 
 def _select(batch: ReasoningBatch, index: torch.Tensor) -> ReasoningBatch:
@@ -192,6 +200,17 @@ class _ReasoningTask:
                 seen.add(key)
                 return row
         raise TaskError(f"{self.name}: no unseen instance of difficulty {difficulty} in {max_tries} draws")
+
+    # ---------------------------------------------------------------- scoring
+
+    def score(self, batch: ReasoningBatch, logits: torch.Tensor) -> dict:
+        """Accuracy of final-step `logits` (n,) on `batch`: overall and per difficulty, with the row counts."""
+        if len(batch) == 0:
+            raise TaskError(f"{self.name}: cannot score an empty batch")
+        hits = row_hits(logits, batch.labels)
+        difficulty = batch.difficulty.cpu()
+        by_difficulty = {int(d): float(hits[difficulty == d].mean()) for d in difficulty.unique().tolist()}
+        return {"accuracy": float(hits.mean()), "rows": len(batch), "by_difficulty": by_difficulty}
 
     # ---------------------------------------------------------------- identity of rows
 
