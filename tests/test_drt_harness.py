@@ -393,6 +393,19 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
     assert variants == {"baseline", "zeros", "clamp", "reinit0", "reinit1", "reinit2"}
     grid = AccuracyGrid.read_csv(out / "grids/graph_drt_seed42.csv")
     assert grid.budgets == [1, 2, 8, 12] and grid.difficulties == [1, 2, 6, 12]
+    # graph runs are also scored on hard negatives; rows from before that evaluation are backfilled
+    cross = AccuracyGrid.read_csv(out / "grids/graph_drt_seed42_cross.csv")
+    assert cross.budgets == grid.budgets and cross.difficulties == grid.difficulties
+    assert all(r["cross_id_accuracy"] and r["cross_ood_accuracy"] for r in rows)
+    assert "both negative generators" in table and "| paper negatives | drt | 0.0 |" in table
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=drt_study.COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**r, "cross_id_accuracy": "", "cross_ood_accuracy": ""} for r in rows)
+    drt_study.run_study(out, runs, **kwargs)
+    again = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["cross_id_accuracy"], r["cross_ood_accuracy"]) for r in again] == \
+        [(r["cross_id_accuracy"], r["cross_ood_accuracy"]) for r in rows]
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")

@@ -273,6 +273,21 @@ def test_state_save_resume_and_refusal_through_the_cli(tmp_path, capsys):
         args.func(args)
 
 
+def test_lengths_command_through_the_cli(tmp_path, capsys):
+    from looped.cli import main
+
+    run = write_checkpoint(tmp_path / "run")
+    out = tmp_path / "lengths.json"
+    assert main(["lengths", str(run), "--lengths", "32", "48", "--n", "8", "--out", str(out), "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text()) and printed["task"] == "parity"
+    assert [r["length"] for r in printed["lengths"]] == [32, 48]
+    for record in printed["lengths"]:
+        assert record["sequences"] == 8 and 0 <= record["final_state_accuracy"] <= 1
+    assert main(["lengths", str(tmp_path / "missing")]) != 0
+    assert "missing" in capsys.readouterr().err
+
+
 # --- bench, recipes, study ----------------------------------------------------------------------------------
 def test_bench_writes_json_at_tiny_size(tmp_path):
     from looped.bench import rlt

@@ -103,6 +103,16 @@ def test_best_checkpoint_and_selection(corpus, tmp_path):
     assert meta["step"] == best["step"] == summary["best_step"]
 
 
+def test_best_checkpoint_keeps_the_earliest_step_on_ties(corpus, tmp_path, monkeypatch):
+    from looped.train import tasks as lm_task
+    losses = iter([2.0, 1.5, 1.5, 1.5])  # evaluations at updates 2, 4, 6, 8: a three-way tie for the minimum
+    monkeypatch.setattr(lm_task.LMTask, "evaluate", lambda self, model, **kwargs: {"loss": next(losses)})
+    cfg = tiny_run_config(corpus, train={"select": "best", "eval_every": 2})
+    summary = train(cfg, tmp_path / "run").run()
+    assert summary["best_step"] == 4
+    assert json.loads((tmp_path / "run/checkpoints/best/trainer.json").read_text())["step"] == 4
+
+
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch):
     from looped.train import tasks as lm_task
     cfg = tiny_run_config(corpus, train={"checkpoint_every": 2, "eval_every": 0})

@@ -6,7 +6,8 @@ For every (task, arch, alpha, seed) run:
      step budgets x difficulty grid  -> grids/<task>_<arch>[_aX]_seed<S>.csv,
   3. ID / OOD = best accuracy over sufficient budgets (looped.eval.reasoning), step-1 accuracy on 12-hop graphs,
      mean gate per step, and the depth-embedding diagnostic for the core rows  -> results.csv, gates.csv,
-     diagnostic.csv,
+     diagnostic.csv; graph runs are also scored on the *other* negative generator's test buckets (a model
+     trained on the paper's negatives, on hard negatives, and the reverse)  -> grids/<run>_cross.csv,
   4. rewrite table.md (with the paper's numbers alongside) and the heatmaps (mean over the finished seeds).
 A run with a line in results.csv is finished and never trained or evaluated again.
 
@@ -17,6 +18,7 @@ alphas other than 0 apply to the graph task only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from .results import ResultTable, format_mean_sd, pending_runs, status_report, t
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
-           "diagnostic_max_change", "mean_ponder_ood", "status"]
+           "diagnostic_max_change", "mean_ponder_ood", "cross_id_accuracy", "cross_ood_accuracy", "status"]
 KEY = ["task", "arch", "alpha", "seed"]
 GATE_COLUMNS = [*KEY, "step", "gate_mean"]
 DIAGNOSTIC_COLUMNS = [*KEY, "variant", "accuracy", "change", "budgets", "rows"]
@@ -62,13 +64,18 @@ class TestSets:
     def __init__(self):
         self._cache: dict[str, object] = {}
 
-    def get(self, task_config):
+    def get(self, task_config, *, other_generator: bool = False):
+        """The test buckets of `task_config`; with `other_generator` (graph only) the buckets of the other negative
+        generator (hard <-> the paper's), still none of them a training or validation row of `task_config`."""
         key = json.dumps({k: v for k, v in vars(task_config).items() if k not in ("alpha", "steps_range",
                                                                                  "val_steps", "eval_steps")},
-                         sort_keys=True)
+                         sort_keys=True) + (" other" if other_generator else "")
         if key not in self._cache:
             _, train, val = rtask.training_data(task_config)
-            self._cache[key] = rtask.test_rows(task_config, train, val)
+            test_config = task_config
+            if other_generator:
+                test_config = dataclasses.replace(task_config, hard_negatives=not task_config.hard_negatives)
+            self._cache[key] = rtask.test_rows(test_config, train, val)
         return self._cache[key]
 
 
@@ -87,12 +94,22 @@ def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | 
         diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))
     meta = json.loads((folder / "checkpoints" / "last" / "trainer.json").read_text())
     ood = summary["ood_difficulties"]
+    cross_grid = cross_grid_of(model, config, tests, batch_size)
     return {"config": config, "model": model, "grid": grid, "summary": summary, "trained_steps": (lo, hi),
             "trained_difficulties": (min(trained), max(trained)),
             "diagnostic": diagnostic, "updates": meta["step"],
             "step1": shortcut_accuracy(grid, 12) if config.task.name == "graph" else None,
             "ponder_ood": (sum(grid.ponder_steps[d] for d in ood) / len(ood)) if grid.ponder_steps and ood else None,
-            "val_accuracy": _last_val_accuracy(folder)}
+            "val_accuracy": _last_val_accuracy(folder), "cross_grid": cross_grid,
+            "cross": id_ood(cross_grid, (min(trained), max(trained))) if cross_grid else None}
+
+
+def cross_grid_of(model, config: RunConfig, tests: TestSets, batch_size: int) -> AccuracyGrid | None:
+    """A graph model's accuracy grid on the other negative generator's test buckets (None for other tasks)."""
+    if config.task.name != "graph":
+        return None
+    return evaluate_grid(model, tests.get(config.task, other_generator=True), rtask.eval_steps(config.task),
+                         batch_size=batch_size)
 
 
 def _last_val_accuracy(folder: Path) -> float | None:
@@ -106,6 +123,25 @@ def _last_val_accuracy(folder: Path) -> float | None:
 
 def _fmt(value, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets, batch_size: int, log) -> None:
+    """Score finished graph runs on the other negative generator where results.csv predates that evaluation and
+    the run's checkpoint is still on disk (runs without one keep an empty cell)."""
+    for row in list(results.rows):
+        if row.get("status") != "ok" or row.get("cross_id_accuracy") or drt.TASKS.get(row["task"]) != "graph":
+            continue
+        name = run_name(row["task"], row["arch"], float(row["alpha"]), int(row["seed"]))
+        last = runs / name / "checkpoints" / "last"
+        if not last.exists():
+            continue
+        log(f"== drt: {name} on the other negative generator")
+        model, config = load_model(last)
+        grid = cross_grid_of(model, config, tests, batch_size)
+        grid.write_csv(out / "grids" / f"{name}_cross.csv")
+        trained = rtask.trained_difficulties(config.task)
+        cross = id_ood(grid, (min(trained), max(trained)))
+        results.add({**row, "cross_id_accuracy": _fmt(cross["id"]), "cross_ood_accuracy": _fmt(cross["ood"])})
 
 
 def plan_runs(*, scale: str = "cpu", tasks=tuple(drt.TASKS), archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,),
@@ -135,6 +171,7 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
     gates = ResultTable(out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
     diagnostics = ResultTable(out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
     tests = TestSets()
+    backfill_cross(results, out, runs, tests, eval_batch_size, log)
     plan = plan_runs(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides,
                      log=log)
     for key, config in pending_runs(plan, results, stop_after=stop_after, log=log):
@@ -148,6 +185,8 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
         r = evaluate_run(folder, tests, diagnostic_per_bucket=diagnostic_per_bucket,
                          batch_size=eval_batch_size)
         r["grid"].write_csv(out / "grids" / f"{name}.csv")
+        if r["cross_grid"] is not None:
+            r["cross_grid"].write_csv(out / "grids" / f"{name}_cross.csv")
         for step, value in enumerate(r["grid"].gate_means or [], start=1):
             gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
         if r["diagnostic"] and r["diagnostic"]["variants"]:
@@ -167,7 +206,9 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
                                                     for d, a in summary["best"].items()),
                      "val_accuracy": _fmt(r["val_accuracy"]),
                      "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
-                     "mean_ponder_ood": _fmt(r["ponder_ood"], 3), "status": "ok"})
+                     "mean_ponder_ood": _fmt(r["ponder_ood"], 3),
+                     "cross_id_accuracy": _fmt((r["cross"] or {}).get("id")),
+                     "cross_ood_accuracy": _fmt((r["cross"] or {}).get("ood")), "status": "ok"})
         write_report(out, results, gates, scale)
     write_report(out, results, gates, scale)
     return results
@@ -231,6 +272,22 @@ def table_markdown(results: ResultTable, scale: str) -> str:
         lines.append("")
         lines.append("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with "
                      "per-step supervision; alpha = 0.1 already loses 10-hop paths.")
+    crossed = [g for g in _groups(results) if drt.TASKS.get(g[0]) == "graph"
+               and any(r.get("cross_id_accuracy") for r in _ok(results, task=g[0], arch=g[1], alpha=g[2]))]
+    if crossed:
+        lines += ["", "## Graph frontier on both negative generators", "",
+                  "The paper's negatives can often be refuted by local cues (SPEC §2); hard negatives cannot (the "
+                  "source has out-edges, the target in-edges, and refuting needs as many hops as the matching "
+                  "positives). Every graph run is scored on both test sets (ID / OOD %, runs with a checkpoint).", "",
+                  "| trained on | arch | alpha | paper negatives ID | paper negatives OOD | hard negatives ID "
+                  "| hard negatives OOD |", "|---|---|---:|---:|---:|---:|---:|"]
+        for task, arch, alpha in crossed:
+            rows = [r for r in _ok(results, task=task, arch=arch, alpha=alpha) if r.get("cross_id_accuracy")]
+            own = [_pct(rows, "id_accuracy"), _pct(rows, "ood_accuracy")]
+            other = [_pct(rows, "cross_id_accuracy"), _pct(rows, "cross_ood_accuracy")]
+            paper, hard = (other, own) if task in drt.HARD_NEGATIVES else (own, other)
+            lines.append(f"| {'hard' if task in drt.HARD_NEGATIVES else 'paper'} negatives | {arch} | {alpha} | "
+                         + " | ".join(paper + hard) + " |")
     lines += ["", "Paper's heatmap notes:", *[f"- {t}: {note}" for t, note in drt.PAPER_NOTES.items()]]
     return "\n".join(lines) + "\n"
 
