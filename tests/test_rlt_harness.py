@@ -94,6 +94,13 @@ def test_masked_targets_leave_the_loss_but_masked_tokens_update_the_state():
     tokens = torch.randint(0, 277, (3, 9))
     full = torch.nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
     assert torch.allclose(pretraining_loss(model, tokens), full, atol=1e-6)  # eq. 23, equal lengths
+    # padded rows: a row of length 5 scores its 4 targets, (1 / 4) each, whatever follows it
+    lengths = torch.tensor([9, 5, 9])
+    padded = tokens.clone()
+    padded[1, 5:] = 258  # PAD
+    per_row = [torch.nn.functional.cross_entropy(model(row[None, :n - 1])[0], row[1:n]) for row, n in
+               zip(padded, lengths.tolist())]
+    assert torch.allclose(pretraining_loss(model, padded, lengths), torch.stack(per_row).mean(), atol=1e-6)
 
 
 def test_length_curriculum_and_batch_composition():
