@@ -310,7 +310,8 @@ def test_bench_writes_json_at_tiny_size(tmp_path):
     result = json.loads(out.read_text())
     assert set(result["rows"]) == {"B=1", "B=4", "RLT-0"}
     assert set(result["ratios"]) == {"rlt1_over_rlt0", "chunk4_over_rlt0"}
-    assert result["rows"]["B=1"]["memory"]["saved_for_backward_bytes"] > 0
+    memory = result["rows"]["B=1"]["memory"]
+    assert memory["peak_step_bytes"] >= memory["saved_for_backward_bytes"] > 0  # the peak also holds temporaries
     assert result["profile_rlt1"]["top_ops"] and out.with_suffix(".png").exists()
 
 

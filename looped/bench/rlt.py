@@ -9,9 +9,10 @@ Measured, for every row:
   prefill     `decode` of a prompt from a fresh state, batch 1, by prompt length (median of repeats)
   generation  one-token `decode` steps after prefilling to a context length, batch 1 (median per context)
   memory      CPU has no allocator high-water mark that can be reset per row, so training memory is counted:
-              the bytes of distinct tensor storages autograd keeps for backward during one forward
-              (saved-tensor hooks; parameters excluded) = the activation memory a step holds at its peak,
-              beside parameters + gradients + AdamW moments (4 x parameter bytes, the same for every B).
+              the peak of the bytes of tensor storages live at once during forward + backward (a dispatch-level
+              meter, gradients included, parameters excluded), and the bytes of distinct storages autograd keeps
+              for backward (saved-tensor hooks), beside parameters + gradients + AdamW moments (4 x parameter
+              bytes, the same for every B).
               Inference: the bytes of the decode state (encoder KV, memory, SWA windows, feedback) at the
               largest context.
 Headline: step-time ratios RLT-1 / RLT-0 (goal <= 2.0) and chunk4 / RLT-0 (goal <= 1.3), each the median over
@@ -126,6 +127,20 @@ def saved_for_backward_bytes(model, batch: int, seq: int) -> int:
     return sum(storages.values())
 
 
+def training_peak_bytes(model, batch: int, seq: int) -> int:
+    """Peak bytes of the tensor storages live at once during one forward + loss + backward (gradients included,
+    parameters and inputs excluded), counted by the dispatch-level meter of `looped bench think`."""
+    from .think import LiveTensorBytes
+
+    data = torch.randint(0, VOCAB, (batch, seq + 1), generator=torch.Generator().manual_seed(3))
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with LiveTensorBytes() as meter:
+        F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten()).backward()
+    model.zero_grad(set_to_none=True)
+    return meter.peak
+
+
 def profile_step(model, *, batch: int, seq: int, steps: int = 2, top: int = 12) -> dict:
     """torch.profiler over `steps` training steps: operator count per step and the top operators by self CPU
     time, with their share of the total."""
@@ -187,6 +202,7 @@ def run_rlt_bench(*, intervals=INTERVALS, dim=64, heads=4, ffn_dim=170, encoder_
                             decoder_layers=decoder_layers, window=window, context=context)
         train = train_times(models, batch=batch, seq=seq, rounds=rounds, warmup=warmup)
         memory = {name: saved_for_backward_bytes(m, batch, seq) for name, m in models.items()}
+        peaks = {name: training_peak_bytes(m, batch, seq) for name, m in models.items()}
         prefill = prefill_times(models, prefill_lengths, repeats=prefill_repeats)
         generation, state_bytes = generation_times(models, contexts, steps=generation_steps)
         profiled = profile_step(models["B=1"], batch=batch, seq=seq) if profile else None
@@ -201,14 +217,16 @@ def run_rlt_bench(*, intervals=INTERVALS, dim=64, heads=4, ffn_dim=170, encoder_
                       "train_over_rlt0": statistics.median(a / b for a, b in zip(train[name], base)),
                       "prefill_s": {str(n): s for n, s in prefill[name].items()},
                       "generation_s_per_token": {str(c): s for c, s in generation[name].items()},
-                      "memory": {"saved_for_backward_bytes": memory[name],
+                      "memory": {"peak_step_bytes": peaks[name], "saved_for_backward_bytes": memory[name],
                                  "parameters_grads_adam_bytes": 4 * parameter_bytes,
                                  "decode_state_bytes_at_max_context": state_bytes[name]}}
     return {"benchmark": "rlt_feedback_interval",
             "shape": dict(dim=dim, heads=heads, ffn_dim=ffn_dim, encoder_layers=encoder_layers,
                           decoder_layers=decoder_layers, window=window, batch=batch, seq=seq),
             "threads": used_threads, "rounds": rounds, "step": "forward+backward+AdamW",
-            "memory_method": "saved-tensor hooks: distinct non-parameter storages autograd holds for backward; "
+            "memory_method": "peak_step_bytes: the most bytes of tensor storages live at once during forward + "
+                             "backward (dispatch-level meter; parameters and inputs excluded, gradients included); "
+                             "saved-tensor hooks: distinct non-parameter storages autograd holds for backward; "
                              "parameters+gradients+AdamW = 4 x parameter bytes; decode state = state_to_tensors bytes",
             "rows": rows, "ratios": ratios,
             "goals": {k: {"max": GOALS[k], "value": v, "met": v <= GOALS[k]} for k, v in ratios.items()},
@@ -280,9 +298,10 @@ def main(args: argparse.Namespace) -> int:
     rows = result["rows"]
     longest, widest = str(max(args.prefill_lengths)), str(max(args.contexts))
     print_table(["row", "parameters", "step (s)", "x RLT-0", f"prefill {longest} (ms)", f"gen @{widest} (ms/token)",
-                 "saved for backward (MB)"],
+                 "peak step (MB)", "saved for backward (MB)"],
                 [[name, f"{r['parameters']:,}", f"{r['train_step']['median_s']:.3f}", f"{r['train_over_rlt0']:.2f}",
                   f"{1e3 * r['prefill_s'][longest]:.1f}", f"{1e3 * r['generation_s_per_token'][widest]:.2f}",
+                  f"{r['memory']['peak_step_bytes'] / 2**20:.1f}",
                   f"{r['memory']['saved_for_backward_bytes'] / 2**20:.1f}"] for name, r in rows.items()])
     for key, goal in result["goals"].items():
         print(f"{key}: {goal['value']:.2f} (goal <= {goal['max']}, {'met' if goal['met'] else 'not met'})")
