@@ -71,7 +71,10 @@ def test_cli_wiring(tmp_path):
     register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["bench", "decode", "--context", "24", "--out", str(tmp_path / "d.json")])
     assert args.bench == "decode" and args.context == 24 and callable(args.func)
-    assert {"train", "decode", "clw", "ddp"} <= set(BENCHES)
+    assert {"train", "decode", "clw", "ddp", "think", "rlt"} <= set(BENCHES)
+    for name in ("think", "rlt"):  # the seed 002 / 003 benchmarks parse through the same `looped bench`
+        args = parser.parse_args(["bench", name, "--out", str(tmp_path / f"{name}.json")])
+        assert args.bench == name and callable(args.func)
     with pytest.raises(SystemExit):
         parser.parse_args(["bench"])  # a benchmark name is required
 

@@ -284,6 +284,19 @@ def test_think_prints_answer_and_confidence_per_budget(trained_run, capsys):
     assert code == 0 and [int(l.split()[0]) for l in default_out.strip().splitlines()[3:]] == [1, 2, 4, 6]
 
 
+def test_think_reads_a_boolean_expression(tmp_path, capsys):
+    run = tmp_path / "boolean"
+    trainer(tiny_config(model={"task_kind": "sequence", "vocab_size": 9, "max_length": 128, "steps_range": [1, 2]},
+                        task={"name": "boolean", "train_difficulties": [1, 2], "test_difficulties": [1, 2],
+                              "eval_steps": [1, 2]},
+                        train={"max_steps": 2, "eval_every": 0}), run).run()
+    code, out, err = run_cli(capsys, "think", run, "--input", "!(F|F&!F)", "--steps", "1,2")
+    assert code == 0 and not err and "reference answer: T (difficulty 1)" in out
+    assert [int(line.split()[0]) for line in out.strip().splitlines()[-2:]] == [1, 2]
+    code, _, err = run_cli(capsys, "think", run, "--input", "(T&F")
+    assert code != 0 and "unbalanced" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--input", "A>b ? A b"], "unknown node 'b'"),
     (["--input", "A>B ? A A"], "source and target are the same node"),
