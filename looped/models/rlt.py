@@ -27,7 +27,7 @@ one code path. Work that does not depend on the feedback (encoder, memory K/V, t
 gate, RoPE tables) is done for all new positions before the sequential loop; the loop only runs the
 merge and the decoder layers, once per chunk (B > 1), per token (B = 1) or once (RLT-0).
 Where RLT-1 time goes (d 64, 2+2, W 8, batch 64, length 40, forward+backward, one thread): about
-2.1-2.4x RLT-0 (RLT-2 with B = 4: 1.2-1.3x; the paper measured 4.2-4.3x and 1.8-1.9x). The loop issues
+2.1-3.3x RLT-0 (RLT-2 with B = 4: 1.2-1.5x; the paper measured 4.2-4.3x and 1.8-1.9x). The loop issues
 ~500 kernels per token (~100 forward, ~400 backward; each RMSNorm backward alone is ~10) on (64, 64)-sized
 tensors, so the time is per-kernel cost, not flops: matmuls ~18%, single-query attention kernels ~18%
 (their cost is per batch x head pair), elementwise kernels ~40%, dispatch and autograd bookkeeping ~25%.
