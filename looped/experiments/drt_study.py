@@ -94,22 +94,25 @@ def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | 
         diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))
     meta = json.loads((folder / "checkpoints" / "last" / "trainer.json").read_text())
     ood = summary["ood_difficulties"]
-    cross_grid = cross_grid_of(model, config, tests, batch_size)
     return {"config": config, "model": model, "grid": grid, "summary": summary, "trained_steps": (lo, hi),
             "trained_difficulties": (min(trained), max(trained)),
             "diagnostic": diagnostic, "updates": meta["step"],
             "step1": shortcut_accuracy(grid, 12) if config.task.name == "graph" else None,
             "ponder_ood": (sum(grid.ponder_steps[d] for d in ood) / len(ood)) if grid.ponder_steps and ood else None,
-            "val_accuracy": _last_val_accuracy(folder), "cross_grid": cross_grid,
-            "cross": id_ood(cross_grid, (min(trained), max(trained))) if cross_grid else None}
+            "val_accuracy": _last_val_accuracy(folder)}
 
 
-def cross_grid_of(model, config: RunConfig, tests: TestSets, batch_size: int) -> AccuracyGrid | None:
-    """A graph model's accuracy grid on the other negative generator's test buckets (None for other tasks)."""
+def score_other_generator(model, config: RunConfig, tests: TestSets, batch_size: int, grid_path: Path) -> dict:
+    """A graph model on the other negative generator's test buckets: writes the grid CSV and returns the
+    results.csv cells (empty cells for other tasks)."""
     if config.task.name != "graph":
-        return None
-    return evaluate_grid(model, tests.get(config.task, other_generator=True), rtask.eval_steps(config.task),
+        return {"cross_id_accuracy": "", "cross_ood_accuracy": ""}
+    grid = evaluate_grid(model, tests.get(config.task, other_generator=True), rtask.eval_steps(config.task),
                          batch_size=batch_size)
+    grid.write_csv(grid_path)
+    trained = rtask.trained_difficulties(config.task)
+    cross = id_ood(grid, (min(trained), max(trained)))
+    return {"cross_id_accuracy": _fmt(cross["id"]), "cross_ood_accuracy": _fmt(cross["ood"])}
 
 
 def _last_val_accuracy(folder: Path) -> float | None:
@@ -137,11 +140,8 @@ def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets,
             continue
         log(f"== drt: {name} on the other negative generator")
         model, config = load_model(last)
-        grid = cross_grid_of(model, config, tests, batch_size)
-        grid.write_csv(out / "grids" / f"{name}_cross.csv")
-        trained = rtask.trained_difficulties(config.task)
-        cross = id_ood(grid, (min(trained), max(trained)))
-        results.add({**row, "cross_id_accuracy": _fmt(cross["id"]), "cross_ood_accuracy": _fmt(cross["ood"])})
+        results.add({**row, **score_other_generator(model, config, tests, batch_size,
+                                                    out / "grids" / f"{name}_cross.csv")})
 
 
 def plan_runs(*, scale: str = "cpu", tasks=tuple(drt.TASKS), archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,),
@@ -185,8 +185,8 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
         r = evaluate_run(folder, tests, diagnostic_per_bucket=diagnostic_per_bucket,
                          batch_size=eval_batch_size)
         r["grid"].write_csv(out / "grids" / f"{name}.csv")
-        if r["cross_grid"] is not None:
-            r["cross_grid"].write_csv(out / "grids" / f"{name}_cross.csv")
+        cross = score_other_generator(r["model"], r["config"], tests, eval_batch_size,
+                                      out / "grids" / f"{name}_cross.csv")
         for step, value in enumerate(r["grid"].gate_means or [], start=1):
             gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
         if r["diagnostic"] and r["diagnostic"]["variants"]:
@@ -206,9 +206,7 @@ def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_c
                                                     for d, a in summary["best"].items()),
                      "val_accuracy": _fmt(r["val_accuracy"]),
                      "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
-                     "mean_ponder_ood": _fmt(r["ponder_ood"], 3),
-                     "cross_id_accuracy": _fmt((r["cross"] or {}).get("id")),
-                     "cross_ood_accuracy": _fmt((r["cross"] or {}).get("ood")), "status": "ok"})
+                     "mean_ponder_ood": _fmt(r["ponder_ood"], 3), **cross, "status": "ok"})
         write_report(out, results, gates, scale)
     write_report(out, results, gates, scale)
     return results

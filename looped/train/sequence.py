@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from ..data.tasks import SequenceBatch, TaskError, get_task
-from ..data.tasks.algorithmic import (VOCAB_SIZE, AlgorithmicTask, concat_batches, fixed_set, replace_excluded,
-                                      select_rows, split_seed)
+from ..data.tasks.algorithmic import (VOCAB_SIZE, AlgorithmicTask, concat_batches, fixed_set, heldout_keys,
+                                      replace_excluded, select_rows, split_seed)
 from .objectives import masked_sequence_loss, per_example_loss
 from .tasks import register_task_kind
 
@@ -202,10 +202,7 @@ class SequenceTask:
     def test_keys(self, length: int) -> frozenset[bytes]:
         """Keys of the default test rows of one length; empty where the test grid has no such length."""
         if length not in self._test_keys:
-            keys: frozenset[bytes] = frozenset()
-            if length in self.task.test_lengths:
-                keys = frozenset(self.task.keys(fixed_set(self.task, "test", length, self.task.test_rows_per_length)))
-            self._test_keys[length] = keys
+            self._test_keys[length] = frozenset(heldout_keys(self.task, length, splits=("test",)))
         return self._test_keys[length]
 
     def global_batch(self, n: int) -> SequenceBatch:

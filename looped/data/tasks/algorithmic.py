@@ -883,13 +883,13 @@ def test_sets(task: TaskLike, lengths: Iterable[int] | None = None, n: int | Non
 test_sets.__test__ = False  # not a pytest test despite its name
 
 
-def heldout_keys(task: TaskLike, difficulty: int) -> set[bytes]:
-    """Keys of the default validation and test rows of one length, for filtering training data against them."""
+def heldout_keys(task: TaskLike, difficulty: int, splits: Sequence[str] = ("validation", "test")) -> set[bytes]:
+    """Keys of the default rows of one length in `splits`, for filtering training data against them."""
     task = _resolve(task)
     keys: set[bytes] = set()
-    if difficulty in task.validation_lengths:
+    if "validation" in splits and difficulty in task.validation_lengths:
         keys |= set(task.keys(fixed_set(task, "validation", difficulty, task.validation_rows_per_length)))
-    if difficulty in task.test_lengths:
+    if "test" in splits and difficulty in task.test_lengths:
         keys |= set(task.keys(fixed_set(task, "test", difficulty, task.test_rows_per_length)))
     return keys
 
@@ -910,6 +910,8 @@ def replace_excluded(task: TaskLike, batch: SequenceBatch, length: int, rng: np.
     """`batch` (rows of one `length`) with every row whose key is in `exclude` replaced by a fresh admissible row
     drawn from `rng`. A batch with no such row comes back unchanged (the same object), so filtering a training
     stream against held-out rows leaves every batch that never met one exactly as it was."""
+    if not exclude:  # most training lengths have no held-out rows: skip hashing the batch
+        return batch
     task = _resolve(task)
     hits = {i for i, key in enumerate(task.keys(batch)) if key in exclude}
     if not hits:
@@ -961,7 +963,6 @@ __all__ = [
     "SPECIAL_TOKENS", "VOCAB_SIZE", "AdditionTask", "AlgorithmicTask", "Mod5BracketedTask", "Mod5FlatTask",
     "ParityTask", "S5Task", "concat_batches", "decode_text", "decode_token", "encode_text", "fixed_set",
     "heldout_keys", "permutation_token", "reference_addition_answer", "reference_mod5", "reference_parity",
-    "replace_excluded",
-    "reference_s5_states", "select_rows", "split_seed", "test_sets", "token_permutation", "train_batch",
+    "reference_s5_states", "replace_excluded", "select_rows", "split_seed", "test_sets", "token_permutation", "train_batch",
     "validation_sets",
 ]
