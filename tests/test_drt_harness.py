@@ -213,6 +213,26 @@ def test_table_reports_mean_sd_over_seeds_and_act_ponder_steps(tmp_path):
     assert "95.0 ± 7.1 (n=2)" in drt_row and "3.25 (n=1)" in act_row and "ACT ponder steps" in text
 
 
+def test_table_reports_accuracy_by_hop_count_for_every_graph_recipe(tmp_path):
+    from looped.experiments.results import ResultTable
+    table = ResultTable(tmp_path / "results.csv", drt_study.COLUMNS, drt_study.KEY)
+    base = dict(alpha="0.0", parameters="100", updates="2", train_seconds="1", trained_difficulties="1-5",
+                trained_steps="5-8", id_accuracy="1.0", ood_accuracy="0.5", val_accuracy="", step1_12hop="0.5",
+                diagnostic_max_change="", mean_ponder_ood="", status="ok")
+    table.add_many([{**base, "task": "graph", "arch": "gnn", "seed": s, "best_by_difficulty": f"1:1.0@1 6:{a}@1"}
+                    for s, a in ((42, "0.5"), (43, "0.7"))]
+                   + [{**base, "task": "graph_hard", "arch": "drt", "seed": 42, "step1_12hop": "0.52",
+                       "best_by_difficulty": "1:1.0@1 6:1.0@8"},
+                      {**base, "task": "logic", "arch": "drt", "seed": 42, "best_by_difficulty": "2:1.0@1"}])
+    lines = drt_study.table_markdown(table, "cpu").splitlines()
+    assert "| recipe | arch | alpha | seeds | 1 | 6* |" in lines  # hop 6 is outside the trained 1-5
+    assert "| graph | gnn | 0.0 | 2 | 100.0 | 60.0 |" in lines  # mean over the two seeds
+    assert "| graph_hard | drt | 0.0 | 1 | 100.0 | 100.0 |" in lines
+    assert not any(line.startswith("| logic | drt | 0.0 | 1 |") for line in lines)  # graph recipes only
+    hard_row = next(line for line in lines if line.startswith("| graph_hard | drt | 0.0 | 100.0"))
+    assert "52.0 (n=1)" in hard_row  # the shortcut detector applies to the hard-negative recipe too
+
+
 def test_sufficient_budgets_and_id_ood_on_a_hand_made_grid():
     budgets, difficulties = [1, 2, 4, 8], [1, 2, 4, 6, 10]
     accuracy = np.array([

@@ -254,7 +254,7 @@ def table_markdown(results: ResultTable, scale: str) -> str:
         lines.append("| " + " | ".join([
             task, arch, alpha, _pct(rows, "id_accuracy") + (" (some runs failed)" if failed else ""),
             _pct(rows, "ood_accuracy"), f"{paper[0]} / {paper[1]}" if paper else "–",
-            _pct(rows, "step1_12hop") if task == "graph" else "–",
+            _pct(rows, "step1_12hop") if drt.TASKS.get(task) == "graph" else "–",
             _pct(rows, "diagnostic_max_change"), _mean(rows, "mean_ponder_ood", 2),
             ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
     sweep = [g for g in _groups(results) if g[0] == "graph"]
@@ -270,6 +270,7 @@ def table_markdown(results: ResultTable, scale: str) -> str:
         lines.append("")
         lines.append("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with "
                      "per-step supervision; alpha = 0.1 already loses 10-hop paths.")
+    lines += _hop_table(results)
     crossed = [g for g in _groups(results) if drt.TASKS.get(g[0]) == "graph"
                and any(r.get("cross_id_accuracy") for r in _ok(results, task=g[0], arch=g[1], alpha=g[2]))]
     if crossed:
@@ -288,6 +289,33 @@ def table_markdown(results: ResultTable, scale: str) -> str:
                          + " | ".join(paper + hard) + " |")
     lines += ["", "Paper's heatmap notes:", *[f"- {t}: {note}" for t, note in drt.PAPER_NOTES.items()]]
     return "\n".join(lines) + "\n"
+
+
+def _hop_table(results: ResultTable) -> list[str]:
+    """Graph accuracy by hop count for every graph run group: where each architecture's frontier ends (the paper's
+    claim: fixed-depth baselines fall to chance beyond the hops their depth covers, the core follows h steps)."""
+    groups = [g for g in _groups(results) if drt.TASKS.get(g[0]) == "graph" and _ok(results, task=g[0], arch=g[1],
+                                                                                     alpha=g[2])]
+    if not groups:
+        return []
+    rows = [r for g in groups for r in _ok(results, task=g[0], arch=g[1], alpha=g[2])]
+    hops = sorted({int(part.split(":")[0]) for r in rows for part in r.get("best_by_difficulty", "").split()})
+    lo, hi = _range(rows[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
+    lines = ["", "## Graph accuracy by hop count", "",
+             "Best accuracy over sufficient step budgets (T >= hops; the largest budget where none is) per test "
+             f"bucket, in %, mean over seeds; * marks hop counts outside the trained range ({lo}-{hi}); chance is "
+             "50 %.", "",
+             "| recipe | arch | alpha | seeds | " + " | ".join(f"{h}{'' if lo <= h <= hi else '*'}" for h in hops)
+             + " |",
+             "|---|---|---:|---:|" + "---:|" * len(hops)]
+    for task, arch, alpha in groups:
+        rows = _ok(results, task=task, arch=arch, alpha=alpha)
+        cells = []
+        for h in hops:
+            values = [100 * v for r in rows if (v := _best_at(r, h)) is not None]
+            cells.append(f"{sum(values) / len(values):.1f}" if values else "–")
+        lines.append(f"| {task} | {arch} | {alpha} | {len(rows)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -337,7 +365,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     (it has --scale, --seeds, --out, --runs, --set, --no-progress, and a --tasks shared with other papers)."""
     present = {option for action in parser._actions for option in action.option_strings}
     options = {
-        "--tasks": dict(nargs="+", help="drt: " + " ".join(drt.TASKS) + " (default: all three)"),
+        "--tasks": dict(nargs="+", help="drt: " + " ".join(drt.TASKS) + " (default: all four)"),
         "--archs": dict(nargs="+", help="drt: reasoning architectures (default: drt; also drt_tied ut_act "
                                         "fixed_transformer gnn)"),
         "--alphas": dict(nargs="+", type=float, help="drt: intermediate-supervision weights, graph only (the "
