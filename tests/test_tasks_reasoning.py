@@ -251,6 +251,8 @@ def test_graph_encode_round_trips_and_parses_user_graphs():
     row = task.encode("nodes=6;  A > B ,C>D ? D A")
     assert row.labels.tolist() == [0.0] and int((~row.padding[0]).sum()) == 6
     assert task.encode("? A T").labels.tolist() == [0.0]  # no edges, 20 nodes
+    spaced = task.encode("A>B B>C  C > D ? A D")  # spaces separate edges as commas do
+    assert torch.equal(spaced.extras["adjacency"], task.encode("A>B, B>C, C>D ? A D").extras["adjacency"])
 
 
 @pytest.mark.parametrize("text, words", [
@@ -258,7 +260,7 @@ def test_graph_encode_round_trips_and_parses_user_graphs():
     ("A>b ? A B", "unknown node"), ("A>1 ? A B", "unknown node"), ("AB>C ? A C", "unknown node"),
     ("A>U ? A B", "more than 20"), ("nodes=21; A>B ? A B", "more than 20"), ("nodes=3; A>D ? A B", "unknown node"),
     ("nodes=1; ? A B", "at least 2"), ("nodes=x; ? A B", "not a number"),
-    ("A-B ? A B", "malformed edge"), ("A>B", "'?'"), ("A>B ? A", "two nodes"), ("A>B ? A A", "same node"),
+    ("A-B ? A B", "malformed edge"), ("A>B>C ? A C", "malformed edge"), ("A B ? A B", "malformed edge"), ("A>B", "'?'"), ("A>B ? A", "two nodes"), ("A>B ? A A", "same node"),
 ])
 def test_graph_encode_errors(text, words):
     with pytest.raises(TaskError) as excinfo:

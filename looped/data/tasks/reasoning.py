@@ -427,8 +427,8 @@ class GraphReachability(_ReasoningTask):
       Positives satisfy 2–4 too (with f = h), so none of these local statistics separates the labels.
 
     Text syntax (`encode` / `to_text`): ``nodes=12; A>B, B>C, C>D ? A D``: an optional node count
-    (default: up to the highest letter used), comma-separated edges ``U>V``, then ``?`` and the source
-    and target letters. Whitespace is free. `encode` sets ``difficulty`` to the shortest-path length,
+    (default: up to the highest letter used), edges ``U>V`` separated by commas or spaces, then ``?`` and
+    the source and target letters. Spaces around ``>`` are free. `encode` sets ``difficulty`` to the shortest-path length,
     or 0 when the target is unreachable.
     """
 
@@ -602,7 +602,8 @@ class GraphReachability(_ReasoningTask):
         )
 
     def encode(self, text: str) -> ReasoningBatch:
-        """One row from the text syntax ``[nodes=N;] U>V, ... ? SOURCE TARGET`` (see class docstring)."""
+        """One row from the text syntax ``[nodes=N;] U>V, ... ? SOURCE TARGET`` (see class docstring); edges are
+        separated by commas or spaces."""
         body = text.strip()
         if not body:
             raise TaskError("graph: empty input (expected e.g. 'A>B, B>C ? A C')")
@@ -624,7 +625,8 @@ class GraphReachability(_ReasoningTask):
         if len(names) != 2:
             raise TaskError(f"graph: the query needs two nodes after '?', got {query_text.strip()!r}")
         edges = []
-        for item in filter(None, (part.strip() for part in edge_text.split(","))):
+        edge_text = re.sub(r"\s*>\s*", ">", edge_text)  # "A > B" is one edge; commas or spaces separate edges
+        for item in filter(None, re.split(r"[,\s]+", edge_text)):
             ends = item.split(">")
             if len(ends) != 2:
                 raise TaskError(f"graph: malformed edge {item!r} (expected 'U>V')")
