@@ -223,8 +223,13 @@ def test_table_reports_accuracy_by_hop_count_for_every_graph_recipe(tmp_path):
                     for s, a in ((42, "0.5"), (43, "0.7"))]
                    + [{**base, "task": "graph_hard", "arch": "drt", "seed": 42, "step1_12hop": "0.52",
                        "best_by_difficulty": "1:1.0@1 6:1.0@8"},
-                      {**base, "task": "logic", "arch": "drt", "seed": 42, "best_by_difficulty": "2:1.0@1"}])
-    lines = drt_study.table_markdown(table, "cpu").splitlines()
+                      {**base, "task": "logic", "arch": "drt", "seed": 42, "best_by_difficulty": "2:1.0@1"}]
+                   + [{**base, "task": "graph", "arch": "drt", "alpha": a, "seed": 42, "best_by_difficulty": "1:1.0@1"}
+                      for a in ("0.0", "1.0")])
+    text = drt_study.table_markdown(table, "cpu")
+    sweep = text.split("## Silent thinking vs intermediate supervision")[1].split("##")[0]
+    assert "| drt | 1.0 |" in sweep and "gnn" not in sweep  # the alpha sweep is the core's alone
+    lines = text.splitlines()
     assert "| recipe | arch | alpha | seeds | 1 | 6* |" in lines  # hop 6 is outside the trained 1-5
     assert "| graph | gnn | 0.0 | 2 | 100.0 | 60.0 |" in lines  # mean over the two seeds
     assert "| graph_hard | drt | 0.0 | 1 | 100.0 | 100.0 |" in lines
