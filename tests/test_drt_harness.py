@@ -197,6 +197,17 @@ def test_heatmap_boundaries_sit_between_trained_and_untrained_cells():
     assert _boundary_positions([6, 8], 1, 5) == []  # nothing trained on the axis: no line
 
 
+def test_fixed_depth_heatmap_has_one_row_named_by_its_depth(tmp_path):
+    from looped.eval.reasoning import plot_heatmap
+    assert drt_study._fixed_depth_label("gnn", "graph") == "6 layers"
+    assert drt_study._fixed_depth_label("fixed_transformer", "logic") == "8 layers"
+    assert drt_study._fixed_depth_label("drt", "graph") is None and drt_study._fixed_depth_label("ut_act", "graph") is None
+    grid = AccuracyGrid([1, 2, 4], [1, 6], np.array([[1.0, 0.5]] * 3), np.array([10, 10]))
+    path = plot_heatmap(grid, tmp_path / "fixed.png", trained_difficulties=(1, 5), trained_steps=(1, 1),
+                        fixed_depth="6 layers")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_table_reports_mean_sd_over_seeds_and_act_ponder_steps(tmp_path):
     from looped.experiments.results import ResultTable, format_mean_sd
     assert format_mean_sd([0.5, 0.7, 0.9], 2) == "0.70 ± 0.20 (n=3)" and format_mean_sd([0.5], 1) == "0.5 (n=1)"

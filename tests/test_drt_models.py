@@ -228,6 +228,15 @@ def test_baselines_share_the_forward_protocol(arch, kind):
     assert torch.isfinite(model.loss(every, batch.labels))
 
 
+@pytest.mark.parametrize("arch", ["drt", "drt_tied", "fixed_transformer", "gnn", "ut_act"])
+def test_ignores_steps_says_whether_the_budget_changes_the_answer(arch):
+    """The evaluator runs a model with ignores_steps once for every budget; the flag must be true to behaviour."""
+    model = tiny(arch, "graph")
+    batch = graph_batch([chain(6), chain(3)], [(0, 5), (2, 0)])
+    same = torch.equal(model(batch, steps=1), model(batch, steps=4))
+    assert same == model.ignores_steps == get_arch(arch).model_cls.ignores_steps
+
+
 @pytest.mark.parametrize("arch", ["fixed_transformer", "gnn"])
 def test_fixed_depth_graph_models_see_one_hop_per_layer(arch):
     """Two layers: the target (node 7 of a chain from source 0) feels node 5, never node 4."""

@@ -160,9 +160,7 @@ class AccuracyGrid:
 
 def is_fixed_depth(model) -> bool:
     """Models that ignore the step budget (fixed-depth Transformer, GNN): one pass serves every budget."""
-    from ..models.reasoning_baselines import FixedDepthGNN, FixedDepthTransformer
-
-    return isinstance(unwrap(model), (FixedDepthTransformer, FixedDepthGNN))
+    return bool(getattr(unwrap(model), "ignores_steps", False))
 
 
 def logits_by_budget(model, batch: ReasoningBatch, budgets: Sequence[int]) -> dict[int, torch.Tensor]:
@@ -405,21 +403,25 @@ def _boundary_positions(values: Sequence[int], lo: int, hi: int) -> list[float]:
 
 def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: tuple[int, int] | None = None,
                  trained_steps: tuple[int, int] | None = None, title: str = "", difficulty_name: str = "difficulty",
-                 annotate: bool = True) -> Path:
+                 annotate: bool = True, fixed_depth: str | None = None) -> Path:
     """Accuracy heatmap, budgets up the y axis and difficulty along x, with the training boundaries dashed
-    (seed 002 Figs. 2-4): vertical lines bound the trained difficulty range, horizontal ones the trained T range."""
+    (seed 002 Figs. 2-4): vertical lines bound the trained difficulty range, horizontal ones the trained T range.
+    `fixed_depth` (a label such as "6 layers") draws one row for a model that ignores T."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(grid.difficulties), 1.2 + 0.42 * len(grid.budgets)))
+    if fixed_depth is not None:  # every budget's row is the same pass: show it once, without a T range
+        grid = AccuracyGrid(grid.budgets[:1], grid.difficulties, grid.accuracy[:1], grid.rows)
+        trained_steps = None
+    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(grid.difficulties), 1.2 + 0.42 * max(len(grid.budgets), 3)))
     image = ax.imshow(grid.accuracy, origin="lower", cmap="viridis", vmin=0.4, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(grid.difficulties)), [str(d) for d in grid.difficulties])
-    ax.set_yticks(range(len(grid.budgets)), [str(t) for t in grid.budgets])
+    ax.set_yticks(range(len(grid.budgets)), [fixed_depth] if fixed_depth else [str(t) for t in grid.budgets])
     ax.set_xlabel(difficulty_name)
-    ax.set_ylabel("thinking steps T")
+    ax.set_ylabel("fixed depth (T ignored)" if fixed_depth else "thinking steps T")
     if annotate:
         for i in range(len(grid.budgets)):
             for j in range(len(grid.difficulties)):

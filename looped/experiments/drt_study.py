@@ -318,6 +318,16 @@ def _hop_table(results: ResultTable) -> list[str]:
     return lines
 
 
+def _fixed_depth_label(arch: str, task: str) -> str | None:
+    """"6 layers" for an architecture that ignores the step budget (its heatmap has one row), else None."""
+    from ..models import get_arch
+
+    spec = get_arch(arch)
+    if not spec.model_cls.ignores_steps:
+        return None
+    return f"{drt.model_section(task, arch)['layers']} layers"
+
+
 def _range(text: str) -> tuple[int, int]:
     lo, hi = text.split("-")
     return int(lo), int(hi)
@@ -347,7 +357,7 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
         plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
                      trained_difficulties=trained, trained_steps=(lo, hi),
-                     difficulty_name=drt.DIFFICULTY_NAMES[task],
+                     difficulty_name=drt.DIFFICULTY_NAMES[task], fixed_depth=_fixed_depth_label(arch, task),
                      title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
     series: dict[str, list[float]] = {}
     for r in gates.rows:

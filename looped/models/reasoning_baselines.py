@@ -56,6 +56,8 @@ class FixedTransformerConfig(ReasoningConfig):
 class FixedDepthTransformer(ReasoningModel):
     """Perception -> `layers` untied encoder layers -> readout; depth is fixed by construction."""
 
+    ignores_steps = True
+
     def __init__(self, config: FixedTransformerConfig):
         super().__init__()
         config.validate()
@@ -127,6 +129,8 @@ class MeanAggregationLayer(nn.Module):
 @register("gnn", GNNConfig, family="reasoning", test_overrides=dict(dim=32, ffn_dim=64, layers=2))
 class FixedDepthGNN(ReasoningModel):
     """Perception -> `layers` mean-aggregation layers (one hop each) -> pairwise readout."""
+
+    ignores_steps = True
 
     def __init__(self, config: GNNConfig):
         super().__init__()

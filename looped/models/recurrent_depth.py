@@ -281,6 +281,7 @@ class ReasoningModel(nn.Module):
 
     arch_name: str = ""
     config: ReasoningConfig
+    ignores_steps: bool = False  # fixed-depth models: `steps` changes nothing, one pass serves every budget
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0) -> torch.Tensor:
         return reasoning_loss(logits, labels, alpha)
