@@ -309,8 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--corpora", nargs="+")
     p.add_argument("--rows", nargs="+")
-    p.add_argument("--tasks", nargs="+", help="rlt: parity s5_swaps mod5_flat mod5_bracketed addition s5_standard")
-    p.add_argument("--out", help="results folder (default results/clw_<scale>)")
+    p.add_argument("--tasks", nargs="+", help="rlt: parity s5_swaps mod5_flat mod5_bracketed addition s5_standard; "
+                                              "drt: graph logic family graph_hard (default: graph logic family)")
+    p.add_argument("--out", help="results folder (default results/<paper>_<scale>)")
     p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--status", action="store_true",

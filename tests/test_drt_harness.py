@@ -478,6 +478,14 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
         drt_study.reproduce(parser.parse_args([*argv, "--tasks", "parity"]))
 
 
+def test_reproduce_defaults_to_the_papers_tasks_and_its_help_names_every_recipe():
+    from looped.cli import build_parser
+    from looped.experiments import drt, rlt
+    assert {key["task"] for key, _ in drt_study.plan_runs()} == {"graph", "logic", "family"} == set(drt.PAPER_TASKS)
+    help_text = " ".join(reasoning_cli._subparsers_of(build_parser()).choices["reproduce"].format_help().split())
+    assert all(name in help_text for name in [*drt.TASKS, *rlt.TASKS]), help_text
+
+
 def test_hard_negative_recipe_is_the_graph_recipe_with_hard_negatives():
     from looped.experiments import drt
     hard, paper = drt.run_config("graph_hard", "cpu"), drt.run_config("graph", "cpu")

@@ -36,6 +36,7 @@ SEEDS = (42, 43, 44)
 # >= h hops; looped.data.tasks.reasoning), our addition beside the paper's generator, whose negatives local
 # cues often settle (SPEC §2).
 TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph"}
+PAPER_TASKS = ("graph", "logic", "family")  # what `looped reproduce drt` runs unless --tasks says otherwise
 HARD_NEGATIVES = {"graph_hard"}
 DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth", "graph_hard": "hops"}
 
