@@ -257,7 +257,8 @@ def table_markdown(results: ResultTable, scale: str) -> str:
             _pct(rows, "step1_12hop") if drt.TASKS.get(task) == "graph" else "–",
             _pct(rows, "diagnostic_max_change"), _mean(rows, "mean_ponder_ood", 2),
             ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
-    sweep = [g for g in _groups(results) if g[0] == "graph" and g[1] == "drt"]  # the sweep is the core's
+    sweep = sorted((g for g in _groups(results) if g[0] == "graph" and g[1] == "drt"),  # the sweep is the core's
+                   key=lambda g: float(g[2]))
     if len({g[2] for g in sweep}) > 1:
         lines += ["", "## Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", "",
                   "| arch | alpha | step-1 acc. 12-hop % | sufficient-step OOD % | 10-hop best % |",
