@@ -376,7 +376,8 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     (it has --scale, --seeds, --out, --runs, --set, --no-progress, and a --tasks shared with other papers)."""
     present = {option for action in parser._actions for option in action.option_strings}
     options = {
-        "--tasks": dict(nargs="+", help="drt: " + " ".join(drt.TASKS) + " (default: the paper's " + " ".join(drt.PAPER_TASKS) + ")"),
+        "--tasks": dict(nargs="+", help=f"drt: {' '.join(drt.TASKS)} (default: the paper's "
+                                        f"{' '.join(drt.PAPER_TASKS)})"),
         "--archs": dict(nargs="+", help="drt: reasoning architectures (default: drt; also drt_tied ut_act "
                                         "fixed_transformer gnn)"),
         "--alphas": dict(nargs="+", type=float, help="drt: intermediate-supervision weights, graph only (the "

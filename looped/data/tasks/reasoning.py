@@ -428,8 +428,8 @@ class GraphReachability(_ReasoningTask):
 
     Text syntax (`encode` / `to_text`): ``nodes=12; A>B, B>C, C>D ? A D``: an optional node count
     (default: up to the highest letter used), edges ``U>V`` separated by commas or spaces, then ``?`` and
-    the source and target letters. Spaces around ``>`` are free. `encode` sets ``difficulty`` to the shortest-path length,
-    or 0 when the target is unreachable.
+    the source and target letters. Spaces around ``>`` are free. `encode` sets ``difficulty`` to the
+    shortest-path length, or 0 when the target is unreachable.
     """
 
     vocab = [PAD, *LETTERS]
