@@ -295,13 +295,13 @@ def table_markdown(results: ResultTable, scale: str) -> str:
 def _hop_table(results: ResultTable) -> list[str]:
     """Graph accuracy by hop count for every graph run group: where each architecture's frontier ends (the paper's
     claim: fixed-depth baselines fall to chance beyond the hops their depth covers, the core follows h steps)."""
-    groups = [g for g in _groups(results) if drt.TASKS.get(g[0]) == "graph" and _ok(results, task=g[0], arch=g[1],
-                                                                                     alpha=g[2])]
+    groups = {g: rows for g in _groups(results) if drt.TASKS.get(g[0]) == "graph"
+              and (rows := _ok(results, task=g[0], arch=g[1], alpha=g[2]))}
     if not groups:
         return []
-    rows = [r for g in groups for r in _ok(results, task=g[0], arch=g[1], alpha=g[2])]
-    hops = sorted({int(part.split(":")[0]) for r in rows for part in r.get("best_by_difficulty", "").split()})
-    lo, hi = _range(rows[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
+    every_row = [r for rows in groups.values() for r in rows]
+    hops = sorted({h for r in every_row for h in _best_by_difficulty(r)})
+    lo, hi = _range(every_row[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
     lines = ["", "## Graph accuracy by hop count", "",
              "Best accuracy over sufficient step budgets (T >= hops; the largest budget where none is) per test "
              f"bucket, in %, mean over seeds; * marks hop counts outside the trained range ({lo}-{hi}); chance is "
@@ -309,8 +309,7 @@ def _hop_table(results: ResultTable) -> list[str]:
              "| recipe | arch | alpha | seeds | " + " | ".join(f"{h}{'' if lo <= h <= hi else '*'}" for h in hops)
              + " |",
              "|---|---|---:|---:|" + "---:|" * len(hops)]
-    for task, arch, alpha in groups:
-        rows = _ok(results, task=task, arch=arch, alpha=alpha)
+    for (task, arch, alpha), rows in groups.items():
         cells = []
         for h in hops:
             values = [100 * v for r in rows if (v := _best_at(r, h)) is not None]
@@ -334,12 +333,17 @@ def _range(text: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def _best_at(row: dict, difficulty: int) -> float | None:
+def _best_by_difficulty(row: dict) -> dict[int, float]:
+    """The results.csv cell "1:1.0000@1 6:0.5660@8 ..." as {difficulty: best accuracy}."""
+    best = {}
     for part in row.get("best_by_difficulty", "").split():
         d, rest = part.split(":")
-        if int(d) == difficulty:
-            return float(rest.split("@")[0])
-    return None
+        best[int(d)] = float(rest.split("@")[0])
+    return best
+
+
+def _best_at(row: dict, difficulty: int) -> float | None:
+    return _best_by_difficulty(row).get(difficulty)
 
 
 def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str) -> None:
