@@ -127,6 +127,19 @@ def test_length_curriculum_and_batch_composition():
         load_run_config(base=tiny_run(train_lengths=[9, 3]))
 
 
+def test_a_curriculum_that_cannot_shorten_a_batch_is_refused():
+    # S5 trains on 32 operations only: a curriculum without a wider train_lengths silently did nothing
+    with pytest.raises(ConfigError, match=r"curriculum_start: 3 has no effect: s5-swaps trains on length 32 only"):
+        load_run_config(base=tiny_run(name="s5", variant="swaps", train_lengths=None, curriculum_start=3,
+                                      validation_lengths=[32]))
+    with pytest.raises(ConfigError, match="curriculum_start: 40 has no effect"):  # starts at the longest already
+        load_run_config(base=tiny_run(train_lengths=None, curriculum_start=40, validation_lengths=[32]))
+    config = load_run_config(base=tiny_run(name="s5", variant="swaps", train_lengths=[2, 32], curriculum_start=2,
+                                           validation_lengths=[32]))
+    task = make_task(config, log=quiet)
+    assert int(task.batch_at(0, 8).difficulty.max()) == 2  # the recipe's curriculum now takes effect
+
+
 @pytest.mark.parametrize("same_length", [True, False])
 def test_training_batches_never_contain_a_test_row(same_length):
     def parity_task(test_lengths):
@@ -348,7 +361,30 @@ def test_study_runner_is_resumable_at_tiny_scale(tmp_path):
                                                                     ("rlt1", 32), ("rlt1", 64)]
     table = (out / "table.md").read_text()
     assert "RLT-1 2+2" in table and "same-length batches" in table and "100.00 ± 0.00" in table  # paper column
+    shuffled = {r["row"]: r["shuffled_feedback_accuracy"] for r in lengths if int(r["length"]) == 32}
+    assert shuffled["baseline"] == "" and shuffled["rlt1"] != ""  # measured for feedback rows only
+    assert "| 40, shuffled feedback |" in table
     assert (out / "parity.png").exists() and (out / "feedback.png").exists()
     before = (out / "results.csv").read_text(), (out / "lengths.csv").read_text()
     rlt_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained or re-evaluated
     assert ((out / "results.csv").read_text(), (out / "lengths.csv").read_text()) == before
+
+
+def test_shuffled_feedback_hands_each_row_its_neighbours_register():
+    torch.manual_seed(0)
+    model = build_model(get_arch("rlt").tiny_config(feedback_interval=1)).double().eval()
+    tokens = torch.randint(0, 200, (3, 9))
+    plain, shuffled = model(tokens), model(tokens, shuffle_feedback=True)
+    # position 0 reads s*, the same for every row: identical; later positions read another row's state
+    assert torch.equal(plain[:, 0], shuffled[:, 0])
+    assert (plain[:, 1:] - shuffled[:, 1:]).abs().max() > 1e-3
+    # rows that are all the same sequence: a neighbour's register is the row's own, so nothing changes
+    same = tokens[:1].expand(3, -1)
+    assert torch.allclose(model(same), model(same, shuffle_feedback=True), atol=1e-12)
+    # the ablation is exactly a roll of the register: row 1 step 1 merges row 0's s_0
+    state = model.init_state(3)
+    first = model.decode(tokens[:, :1], state)
+    registers = state.feedback.clone()
+    state.feedback = registers.roll(1, 0)
+    assert torch.allclose(model.decode(tokens[:, 1:2], state)[:, 0], shuffled[:, 1], atol=1e-12)
+    assert torch.allclose(first[:, 0], plain[:, 0], atol=1e-12)

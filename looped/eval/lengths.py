@@ -18,6 +18,7 @@ right). Scores come from integer counts, so pooling batches is exact.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -55,10 +56,14 @@ test_rows.__test__ = False  # not a pytest test despite its name
 @torch.no_grad()
 def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[int] | None = None,
                      n: int | None = None, batch_size: int = 32, device="cpu", variant: str | None = None,
-                     cache: dict | None = None, log=None) -> list[dict]:
+                     cache: dict | None = None, shuffled_metric: str | None = None, log=None) -> list[dict]:
     """Accuracies of `model` at every test length, one dict per length (counts included).
 
-    `cache` (optional dict) keeps the generated test rows between calls, so a study builds each set once."""
+    `cache` (optional dict) keeps the generated test rows between calls, so a study builds each set once.
+    `shuffled_metric` (RLT rows with feedback): score every length a second time with each row's feedback
+    register replaced by its neighbour's in the batch, and report that metric as shuffled_feedback_accuracy.
+    A model whose answer lives in the recurrence falls to chance; one that answers from the encoder memory
+    does not (see RLT.forward)."""
     task = resolve_task(task, variant)
     device = torch.device(device)
     was_training = model.training
@@ -74,9 +79,14 @@ def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[in
         totals = score_rows(model, task, rows, batch_size=batch_size, device=device)
         record = {"length": int(length), "sequences": totals["rows"], "scored_tokens": totals["scored"],
                   "loss": totals["loss"] / totals["rows"], **accuracies(totals)}
+        if shuffled_metric:
+            shuffled = functools.partial(model, shuffle_feedback=True)
+            totals = score_rows(shuffled, task, rows, batch_size=batch_size, device=device)
+            record["shuffled_feedback_accuracy"] = accuracies(totals)[shuffled_metric]
         records.append(record)
         if log:
-            log(f"  length {length}: " + ", ".join(f"{m} {record[m]:.4f}" for m in METRICS))
+            log(f"  length {length}: " + ", ".join(f"{m} {record[m]:.4f}" for m in METRICS)
+                + (f", shuffled feedback {record['shuffled_feedback_accuracy']:.4f}" if shuffled_metric else ""))
     model.train(was_training)
     return records
 

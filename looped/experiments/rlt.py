@@ -11,16 +11,23 @@ Transformer 8), SWA window 8, one memory group, alpha 0.1, untied encoder/decode
 minimum ID validation loss (earliest on ties); seeds 42/43/44. TBPTT 128 never truncates a training row,
 so it is full BPTT (truncate_bptt: null).
 
-CPU recipe: the same recipe, scaled, with three changes the SPEC's CPU trials needed (identical for every
-row; the study writes them into its table header):
+CPU recipe: the same recipe, scaled, with the changes the CPU trials needed (identical for every row; the
+study writes them into its table header):
   shape      width 64, 4 heads, FFN 170 (= 8/3 x width, the paper's ratio), 2+2 (Transformer 4 layers)
-  batch      64 rows per update, no accumulation; 2,000 updates (mod-5 too: paper 5,000), S5 and addition
-             1,500 (their rows are the widest: 33 and up to 38 positions, every one run token by token)
+  batch      64 rows per update, no accumulation
+  updates    S5 and parity 4,500, mod-5 8,000, addition 1,500 (paper 2,000; mod-5 5,000). With alpha = 0.1
+             the feedback path's share of the decoder input grows ~4x over the first ~3,000 updates before a
+             recurrent solution appears, so 2,000 updates stopped RLT-1 before it used the recurrence; mod-5
+             is data-limited for every model (a one-layer LSTM needs ~8,000 updates to leave the majority rate)
   optimiser  lr 1e-3 (paper 1e-4; 2e-3 collapsed in the trials), 100 warm-up updates, cosine to 5e-5
-  data       length curriculum: longest training length 3 -> full range over the first half (a no-op for
-             S5, whose rows all have 32 operations); same-length batches. The curriculum started at 8 until
-             session 4, when starting at the shortest strings was found to be what lets parity be learned
-             (results/rlt_cpu/parity_probes.md)
+  data       length curriculum: the longest training length ramps from the shortest to the full range over
+             the first half of training (mod-5: three quarters); same-length batches. S5 trains on 2..32
+             operations (paper: 32 only), ramping from 2: on 32 operations alone no row left chance in 1,500
+             updates, because nothing short enough to solve step by step is ever seen. The curriculum started
+             at 8 until session 4, when starting at the shortest strings was found to be what lets parity be
+             learned (results/rlt_cpu/parity_probes.md)
+  row        a one-layer LSTM (`lstm`, width 160, 250,560 parameters) as a recurrent calibration row: whether a
+             task is learnable at this budget at all by a model that carries its state token by token
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ ROWS: dict[str, tuple[str, dict]] = {
     "rlt1_7p1": ("RLT-1", {"arch": "rlt", "encoder_layers": 7, "decoder_layers": 1, "feedback_interval": 1}),
     "rlt1_8p0": ("RLT-1", {"arch": "rlt", "encoder_layers": 8, "decoder_layers": 0, "feedback_interval": 1}),
 }
-STUDY_ROWS = ("rlt1", "chunk4", "rlt0", "baseline")  # Fig. 8: the feedback interval at a fixed split
+STUDY_ROWS = ("rlt1", "chunk4", "rlt0", "baseline", "lstm")  # Fig. 8's rows + a recurrent calibration row
+FULL_ROWS = tuple(r for r in ROWS if r != "lstm")  # the calibration row is a CPU-scale addition
+CPU_ONLY_ROWS = {"lstm": ("LSTM", {"arch": "lstm", "dim": 160})}
 
 # --- tasks ------------------------------------------------------------------------------------------------
 # name -> task section; the study's order: parity and swaps-S5 first, then mod-5 and addition
@@ -58,7 +67,8 @@ TASKS: dict[str, dict] = {
 STUDY_TASKS = ("parity", "s5_swaps", "mod5_flat", "mod5_bracketed", "addition")
 SEEDS = (42, 43, 44)
 FULL_STEPS = {"mod5_flat": 5000, "mod5_bracketed": 5000}  # others 2,000
-CPU_STEPS = {"s5_swaps": 1500, "s5_standard": 1500, "addition": 1500}  # others 2,000
+CPU_STEPS = {"parity": 4500, "s5_swaps": 4500, "s5_standard": 4500, "mod5_flat": 8000, "mod5_bracketed": 8000,
+             "addition": 1500}
 # headline metric per task (Appendix J.4): addition scores answer tokens, the others the final label/state
 PRIMARY_METRIC = {"addition": "prefix_token_accuracy"}
 
@@ -81,24 +91,37 @@ CPU_RECIPE = {
               "device": "cpu"},
 }
 CPU_TASK_CHANGES = {"curriculum_start": 3, "curriculum_fraction": 0.5, "same_length_batches": True}
+CPU_TASK_OVERRIDES = {  # per task, on top of CPU_TASK_CHANGES
+    "s5_swaps": {"train_lengths": [2, 32], "curriculum_start": 2},
+    "s5_standard": {"train_lengths": [2, 32], "curriculum_start": 2},
+    "mod5_flat": {"curriculum_fraction": 0.75},
+    "mod5_bracketed": {"curriculum_fraction": 0.75},
+}
 
 # what the CPU recipe changes, for the study's table header
 CPU_CHANGES = [
     "shape: width 64, 4 heads, FFN 170, RLT 2+2 (Transformer 4 layers) instead of 512 / 1,365 / 4+4 (8)",
-    "batch: 64 rows per update (paper 512 = 32 x 16); 2,000 updates (S5 and addition 1,500; paper 2,000, "
-    "mod-5 5,000)",
+    "batch: 64 rows per update (paper 512 = 32 x 16)",
+    "updates: parity and S5 4,500, mod-5 8,000, addition 1,500 (paper 2,000; mod-5 5,000)",
     "optimiser: lr 1e-3 (paper 1e-4), 100 warm-up updates, cosine to 5e-5 (paper 200, 5e-6)",
-    "length curriculum: longest training length 3 -> full range over the first half of training "
-    "(no-op for S5)",
+    "length curriculum: the longest training length ramps from the shortest to the full range over the first "
+    "half of training (mod-5: three quarters)",
+    "**S5 trains on 2-32 operations** (paper: 32 only), the cap ramping from 2",
     "same-length batches (paper: lengths drawn per row)",
+    "an extra row, a one-layer LSTM (width 160, 250,560 parameters): is the task learnable at this budget by "
+    "a model that carries its state token by token?",
     "one CPU thread per run (paper: four)",
 ]
 
 
 def model_section(row: str, scale: str) -> dict:
     """Model fields of a row at a scale ("full" | "cpu")."""
+    if row in CPU_ONLY_ROWS:
+        if scale != "cpu":
+            raise ValueError(f"row {row!r} is a CPU-scale calibration row only")
+        return dict(CPU_ONLY_ROWS[row][1])
     if row not in ROWS:
-        raise ValueError(f"unknown row {row!r} (known: {', '.join(ROWS)})")
+        raise ValueError(f"unknown row {row!r} (known: {', '.join([*ROWS, *CPU_ONLY_ROWS])})")
     fields = dict(ROWS[row][1])
     if scale == "full":
         shape = {k: v for k, v in FULL_SHAPE.items() if fields["arch"] != "rlt_baseline" or k in
@@ -115,7 +138,9 @@ def model_section(row: str, scale: str) -> dict:
 
 
 def row_label(row: str, scale: str) -> str:
-    """e.g. "RLT-1 4+4" (full) / "RLT-1 2+2" (cpu), "Transformer 8" / "Transformer 4"."""
+    """e.g. "RLT-1 4+4" (full) / "RLT-1 2+2" (cpu), "Transformer 8" / "Transformer 4", "LSTM 1"."""
+    if row in CPU_ONLY_ROWS:
+        return f"{CPU_ONLY_ROWS[row][0]} 1"
     if row not in ROWS:
         return row
     try:
@@ -137,14 +162,14 @@ def run_config_dict(task: str, row: str, scale: str, seed: int = 42) -> dict:
     recipe["train"]["seed"] = seed
     section = {"kind": "sequence", **TASKS[task]}
     if scale == "cpu":
-        section.update(CPU_TASK_CHANGES)
+        section.update(CPU_TASK_CHANGES, **CPU_TASK_OVERRIDES.get(task, {}))
     return {"model": model_section(row, scale), "task": section, **recipe}
 
 
 def write_recipes(root: Path = Path("configs/rlt")) -> list[Path]:
     """configs/rlt/full/<task>_<row>.yaml for every row, configs/rlt/cpu/<task>_<row>.yaml for the study's."""
     written = []
-    for scale, rows in (("full", tuple(ROWS)), ("cpu", STUDY_ROWS)):
+    for scale, rows in (("full", FULL_ROWS), ("cpu", STUDY_ROWS)):
         for task in TASKS:
             for row in rows:
                 config = run_config_dict(task, row, scale)
@@ -210,6 +235,6 @@ TABLE_LENGTHS = {"parity": (40, 64, 256), "s5_swaps": (32, 64, 256, 512), "mod5_
                  "mod5_bracketed": (40, 64, 256), "addition": (9, 16, 32), "s5_standard": (32, 64, 512)}
 
 
-__all__ = ["CPU_CHANGES", "CPU_RECIPE", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PRIMARY_METRIC", "ROWS", "SEEDS",
+__all__ = ["CPU_CHANGES", "CPU_ONLY_ROWS", "CPU_RECIPE", "CPU_TASK_OVERRIDES", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PRIMARY_METRIC", "ROWS", "SEEDS",
            "STUDY_ROWS", "STUDY_TASKS", "TABLE_LENGTHS", "TASKS", "model_section", "row_label", "run_config_dict",
            "write_recipes"]

@@ -28,7 +28,7 @@ from .results import ResultTable, format_mean_sd, pending_runs, status_report, t
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
            "eval_seconds", "status"]
-LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss"]
+LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss", "shuffled_feedback_accuracy"]
 
 
 def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu") -> RunConfig:
@@ -69,9 +69,11 @@ def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_c
             continue
         start = time.perf_counter()
         model, config = load_model(folder / "checkpoints" / "best")
+        has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
                                    lengths=(test_lengths or {}).get(task), n=test_size,
-                                   batch_size=eval_batch_size, cache=test_cache, log=log)
+                                   batch_size=eval_batch_size, cache=test_cache, log=log,
+                                   shuffled_metric=primary_metric(task) if has_feedback else None)
         for record in records:
             lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
         meta, best = _trainer_meta(folder), _best_validation(folder)
@@ -87,6 +89,11 @@ def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_c
         write_report(out, results, lengths, scale)
     write_report(out, results, lengths, scale)
     return results
+
+
+def primary_metric(task: str) -> str:
+    """The headline metric of a task (Appendix J.4): answer tokens for addition, the final state otherwise."""
+    return rlt.PRIMARY_METRIC.get(task, "final_state_accuracy")
 
 
 def _fmt(value) -> str:
@@ -127,14 +134,18 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
     lines += ["Accuracy (%) of the checkpoint with minimum ID validation loss (earliest on ties), mean ± sample SD "
               "over seeds (n = seeds finished), teacher-forced, on the shared test rows (1,024 per length; "
               "addition 256). *Paper*: seed 003, 4+4 rows and Transformer 8 at the full recipe, 3 seeds; "
-              "CPU-scale models are 2+2 / 4 layers, so compare the ordering of rows, not the values.", ""]
+              "CPU-scale models are 2+2 / 4 layers, so compare the ordering of rows, not the values. "
+              "*Shuffled feedback*: the same metric at the shortest test length with each row's feedback register "
+              "replaced by its neighbour's in the batch (rows with feedback only): a row that learned the "
+              "recurrence falls to chance, one that answers from the encoder memory keeps its accuracy.", ""]
     for task in tasks:
-        metric = rlt.PRIMARY_METRIC.get(task, "final_state_accuracy")
+        metric = primary_metric(task)
         shown = rlt.TABLE_LENGTHS.get(task, ())
+        ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
         lines += [f"## {task} ({metric.replace('_', ' ')})", "",
                   "| row | parameters | s/update (incl. validation) | best step | ID validation | "
-                  + " | ".join(f"{n} | paper {n}" for n in shown) + " |",
-                  "|---|---:|---:|---:|---:|" + "---:|---:|" * len(shown)]
+                  + " | ".join(f"{n} | paper {n}" for n in shown) + f" | {ablated}, shuffled feedback |",
+                  "|---|---:|---:|---:|---:|" + "---:|---:|" * len(shown) + "---:|"]
         for row in rows:
             runs = [r for r in finished if r["task"] == task and r["row"] == row]
             failed = [r for r in results.rows if r["task"] == task and r["row"] == row and r not in runs]
@@ -152,6 +163,10 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
                 values = [r[metric] for r in lengths.rows if r["task"] == task and r["row"] == row
                           and int(r["length"]) == n and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
                 cells += [_pct(values), _paper(task, row, n, metric)]
+            shuffled = [r.get("shuffled_feedback_accuracy") for r in lengths.rows if r["task"] == task
+                        and r["row"] == row and int(r["length"]) == ablated
+                        and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
+            cells.append(_pct(shuffled))
             lines.append("| " + " | ".join(cells) + " |")
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
             prefix = {row: _pct([r["prefix_token_accuracy"] for r in lengths.rows
@@ -180,7 +195,7 @@ def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: s
     out.mkdir(parents=True, exist_ok=True)
     ckpt.atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
     tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
-    labels = {row: rlt.row_label(row, scale) for row in rlt.ROWS}
+    labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
     for task in tasks:
         plot_task(lengths, task, out / f"{task}.png", labels)
     if tasks:

@@ -90,7 +90,7 @@ def build_model(config: Any):
 
 def _load_builtin() -> None:
     # Importing the family modules runs their @register decorators.
-    from . import loop, reasoning_baselines, recurrent_depth, rlt, transformer  # noqa: F401
+    from . import loop, lstm, reasoning_baselines, recurrent_depth, rlt, transformer  # noqa: F401
     load_plugins()
 
 

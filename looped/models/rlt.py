@@ -115,6 +115,7 @@ class RLTState(DecodeState):
     windows: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per decoder layer: SWA
     #   keys, values of the last <= W-1 positions, each (batch, heads, kept, head_dim)
     feedback: torch.Tensor | None = None  # (batch, dim) register h; None = s* (no complete chunk yet)
+    shuffle_feedback: bool = False  # ablation: row i merges the register of row i-1 (the batch rolled by one)
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
@@ -284,13 +285,19 @@ class RLT(CausalLM):
                 "merge": ["merge"], "decoder": ["decoder"], "readout": ["out_norm", "head"]}
 
     # --- protocol ---------------------------------------------------------------------------------------
-    def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, *, rounds: int | None = None,
+                shuffle_feedback: bool = False) -> torch.Tensor:
         """Teacher-forced logits (batch, length, vocab); gradients follow the whole recurrence unless
-        truncate_bptt = K, which detaches every state tensor at multiples of K (Appendix H, eq. 33)."""
+        truncate_bptt = K, which detaches every state tensor at multiples of K (Appendix H, eq. 33).
+
+        shuffle_feedback: the shuffled-feedback ablation. Every merge reads another row's register h (the
+        batch rolled by one), so a model that really carries its answer in h falls to chance, while one that
+        solves short rows by attention over the memory does not notice."""
         self.resolve_rounds(rounds)
         self.check_tokens(tokens)
         length = tokens.shape[1]
         state = self.new_state(tokens.shape[0], capacity=length)
+        state.shuffle_feedback = shuffle_feedback
         span = self.config.truncate_bptt or max(length, 1)
         logits = []
         for start in range(0, length, span):
@@ -369,7 +376,7 @@ class RLT(CausalLM):
 
     def feedback_register(self, state: RLTState) -> torch.Tensor:
         if state.feedback is not None:
-            return state.feedback
+            return state.feedback.roll(1, 0) if state.shuffle_feedback else state.feedback
         return self.merge.initial_state.expand(state.batch, -1)
 
     def decoder_pass(self, x, start, rope, memory, windows):

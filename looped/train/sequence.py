@@ -66,6 +66,7 @@ class SequenceTaskConfig:
                 raise ValueError(f"task.train_lengths: {self.train_lengths} holds no length {task.name} can train on")
         if self.curriculum_start is not None and self.curriculum_start < 1:
             raise ValueError(f"task.curriculum_start must be >= 1 or null, got {self.curriculum_start}")
+        self.check_curriculum_applies(task)
         if not 0 < self.curriculum_fraction <= 1:
             raise ValueError(f"task.curriculum_fraction must be in (0, 1], got {self.curriculum_fraction}")
         if self.validation_size is not None and self.validation_size < 1:
@@ -75,6 +76,19 @@ class SequenceTaskConfig:
                 task.validate_length(length)
             except TaskError as err:
                 raise ValueError(f"task.validation_lengths: {err}") from None
+
+
+    def check_curriculum_applies(self, task: AlgorithmicTask) -> None:
+        """A curriculum that can never shorten a batch is a mistake, not a no-op: S5 trains on 32 operations
+        only unless task.train_lengths widens its range, so `curriculum_start: 3` alone would change nothing."""
+        if self.curriculum_start is None:
+            return
+        lengths = allowed_lengths(task, self.train_lengths)
+        if len(lengths) < 2 or self.curriculum_start >= lengths[-1]:
+            where = f"{lengths[0]} only" if len(lengths) < 2 else f"{lengths[0]}..{lengths[-1]}"
+            raise ValueError(f"task.curriculum_start: {self.curriculum_start} has no effect: {task.data_key} trains "
+                             f"on length {where} (widen task.train_lengths, e.g. [2, {lengths[-1]}], or set "
+                             f"curriculum_start: null)")
 
 
 def build_task(config: SequenceTaskConfig) -> AlgorithmicTask:
