@@ -95,7 +95,7 @@ def cmd_generate(args) -> int:
     torch.set_num_threads(args.threads)
     model, _ = load_model(resolve_checkpoint(args.run, args.which))
     prompt = encode_text(args.prompt)
-    room = model.config.context_length - prompt.shape[1]
+    room = max(model.config.context_length - prompt.shape[1], model.config.context_length // 2)
     ids = generate(model, prompt, args.max_new_tokens if args.max_new_tokens is not None else room,
                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                    rounds=args.rounds)
@@ -167,6 +167,7 @@ def cmd_quickstart(args) -> int:
     from .config import from_dict, merge, parse_overrides
     from .data import load_streams, to_blocks
     from .eval import evaluate_lm
+    from .eval.compressors import compressor_bits_per_byte, format_rates
     from .infer import decode_text, encode_text, generate
     from .train import RunConfig, Trainer, load_model
     from .train import checkpoint as ckpt
@@ -186,9 +187,12 @@ def cmd_quickstart(args) -> int:
     sample = generate(model, encode_text(args.prompt), args.sample_bytes, temperature=0.8, top_k=0, top_p=0.95,
                       seed=0)
     elapsed = time.perf_counter() - start
+    compressors = compressor_bits_per_byte(bytes(streams.heldout.tolist()))
     print(f"\nheld-out ({result['targets']:,} bytes of the KJV held-out books): "
           f"{result['bits_per_byte']:.4f} bits/byte (NLL {result['nll']:.4f} nats, PPL {result['ppl']:.3f}); "
           f"{elapsed / 60:.1f} min")
+    print(f"the same books compressed: {format_rates(compressors)} bits/byte")
+    result["compressors_bits_per_byte"] = compressors
     print(f"sample (prompt {args.prompt!r}, T=0.8, top-p 0.95, seed 0):\n{decode_text(sample[0].tolist())}")
     ckpt.atomic_write_text(out / "quickstart.json", json.dumps({**result, "minutes": elapsed / 60}, indent=2))
     return 0

@@ -75,9 +75,22 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     assert draws == {0, 1}  # 0.5 < 0.75 <= 0.5 + 0.3
 
 
+def test_generation_slides_the_window_past_the_context(model):
+    # context 40: the window restarts from the last 20 tokens whenever 40 positions are held
+    prompt = torch.randint(0, 256, (2, 45))  # longer than the window: only its last 40 tokens are read
+    out = generate(model, prompt, 70, temperature=0)
+    seq, start = prompt, 45 - 40
+    with torch.no_grad():
+        for _ in range(70):  # the slow reference: recompute the current window every token
+            seq = torch.cat([seq, model(seq[:, start:])[:, -1].argmax(-1, keepdim=True)], 1)
+            if seq.shape[1] - 1 - start >= 40:  # the state held a full window before this token
+                start = seq.shape[1] - 20
+    assert out.shape == (2, 115) and torch.equal(out, seq)
+
+
 def test_generation_errors(model):
     with pytest.raises(ValueError, match="sequence too long"):
-        generate(model, encode_text("x" * 30), 20)
+        generate(model, encode_text("x" * 30), 20, slide=False)
     with pytest.raises(ValueError, match="at least one token"):
         generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
     with pytest.raises(ValueError, match="out of range"):
@@ -99,3 +112,15 @@ def test_eval_with_early_exit_reports_rounds_and_is_batch_independent():
     assert a["nll"] == pytest.approx(b["nll"], rel=1e-6) and a["mean_rounds_used"] == b["mean_rounds_used"]
     full = evaluate_lm(loop, blocks, exit_threshold=0.0, rounds=4)
     assert full["mean_rounds_used"] == 4 and full["nll"] == pytest.approx(evaluate_lm(loop, blocks, rounds=4)["nll"])
+
+
+def test_compressor_rates_separate_redundant_from_random_bytes():
+    from looped.eval.compressors import compressor_bits_per_byte
+
+    redundant = compressor_bits_per_byte(b"In the beginning God created the heaven and the earth. " * 200)
+    noise = compressor_bits_per_byte(bytes(torch.randint(0, 256, (20_000,), generator=torch.Generator().manual_seed(0))
+                                           .tolist()))
+    assert set(redundant) == {"gzip -9", "bzip2 -9", "xz -9e"}
+    assert max(redundant.values()) < 0.5 and min(noise.values()) > 7.9  # random bytes do not compress
+    with pytest.raises(ValueError, match="empty"):
+        compressor_bits_per_byte(b"")

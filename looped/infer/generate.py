@@ -29,12 +29,20 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int = 
 
 @torch.no_grad()
 def generate(model, prompt: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
-             top_p: float = 1.0, seed: int | None = None, rounds: int | None = None) -> torch.Tensor:
-    """prompt (batch, P) ids -> (batch, P + max_new_tokens) ids."""
+             top_p: float = 1.0, seed: int | None = None, rounds: int | None = None,
+             slide: bool = True) -> torch.Tensor:
+    """prompt (batch, P) ids -> (batch, P + max_new_tokens) ids.
+
+    Past the context window (slide=True) the window slides: when the state holds context_length positions,
+    a fresh state is prefilled with the last half window of tokens and sampling goes on from there, so the
+    model always conditions on between half and a whole window of the most recent text (a prompt longer than
+    the window is cut to its last context_length tokens). Re-prefilling every half window, rather than every
+    token, keeps the cost per new token within a constant factor of plain incremental decoding.
+    slide=False refuses a sequence that does not fit instead."""
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
     limit = model.config.context_length
-    if prompt.shape[1] + max_new_tokens > limit:
+    if not slide and prompt.shape[1] + max_new_tokens > limit:
         raise ValueError(f"sequence too long: prompt {prompt.shape[1]} + {max_new_tokens} new tokens > "
                          f"context_length {limit}")
     device = next(model.parameters()).device
@@ -42,13 +50,18 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, *, temperature: f
     model.eval()
     prompt = prompt.to(device)
     state = model.init_state(prompt.shape[0], rounds=rounds)
-    logits = model.decode(prompt, state)[:, -1]
+    logits = model.decode(prompt[:, -limit:], state)[:, -1]
     out = [prompt]
     for i in range(max_new_tokens):
         token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
         out.append(token[:, None])
-        if i + 1 < max_new_tokens:
+        if i + 1 == max_new_tokens:
+            break
+        if state.position < limit:
             logits = model.decode(token[:, None], state)[:, -1]
+        else:  # the window is full: slide it by half
+            state = model.init_state(prompt.shape[0], rounds=rounds)
+            logits = model.decode(torch.cat(out, dim=1)[:, -max(1, limit // 2):], state)[:, -1]
     return torch.cat(out, dim=1)
 
 
