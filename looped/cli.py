@@ -9,35 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-QUICKSTART = {
-    "model": {"arch": "transformer", "dim": 128, "heads": 4, "layers": 4, "ffn_dim": 512, "context_length": 512},
-    "data": {"corpus": "kjv"},
-    "optim": {"lr": 2e-3, "weight_decay": 0.1, "schedule": "cosine", "warmup_steps": 50, "min_lr": 2e-4},
-    "train": {"seed": 11, "batch_size": 8, "max_steps": 600, "eval_every": 200, "eval_batches": 0,
-              "select": "best", "log_every": 10},
-}
-
+from .train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
+from .train.config import QUICKSTART  # noqa: F401
 
 def _fail(message: str) -> int:
     print(f"looped: error: {message}", file=sys.stderr)
     return 2
-
-
-def resolve_checkpoint(path: str, which: str | None = None) -> Path:
-    """A checkpoint folder, or a run folder (checkpoints/<which>, default: the run's train.select)."""
-    from .train import checkpoint as ckpt
-
-    folder = Path(path)
-    if ckpt.is_checkpoint(folder):
-        return folder
-    if (folder / "checkpoints").is_dir():
-        if which is None:
-            last = folder / "checkpoints" / "last"
-            which = ckpt.read_config(last).train.select if ckpt.is_checkpoint(last) else "last"
-        return folder / "checkpoints" / which
-    if not folder.exists():
-        raise ValueError(f"{folder}: no such run or checkpoint folder")
-    raise ValueError(f"{folder}: not a checkpoint folder (no config.json/model.safetensors, no checkpoints/)")
 
 
 # --- commands -------------------------------------------------------------------------------------------
@@ -78,7 +55,7 @@ def cmd_eval(args) -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
-        from .train.checkpoint import atomic_write_text
+        from .io import atomic_write_text
 
         atomic_write_text(Path(args.out), text + "\n")
     return 0

@@ -38,7 +38,7 @@ def parse_steps(text: str) -> list[int]:
 
 def load_reasoning_run(run: str, which: str | None = None):
     """(model in eval mode, RunConfig) of a reasoning run or checkpoint folder."""
-    from .cli import resolve_checkpoint
+    from .train.checkpoint import resolve_checkpoint
     from .train import load_model
 
     model, config = load_model(resolve_checkpoint(run, which))

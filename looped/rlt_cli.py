@@ -39,7 +39,7 @@ def save_state(path: Path, model, state, *, history: torch.Tensor, pending: torc
     """Write the complete continuation state to `path` atomically (safetensors, metadata as JSON)."""
     from safetensors.torch import save_file
 
-    from .train.checkpoint import atomic_path
+    from .io import atomic_path
 
     tensors, meta = model.state_to_tensors(state)
     tensors = {f"state.{k}": v.cpu() for k, v in tensors.items()}
@@ -137,7 +137,7 @@ def _prompt_tokens(text: str) -> list[int]:
 
 def cmd_continue(args) -> int:
     from .train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
-    from .cli import resolve_checkpoint
+    from .train.checkpoint import resolve_checkpoint
     from .data.tasks.algorithmic import decode_text
     from .train import load_model
 
@@ -152,7 +152,7 @@ def cmd_continue(args) -> int:
 
 def cmd_lengths(args) -> int:
     from .train import sequence  # noqa: F401  (first, see cmd_continue)
-    from .cli import resolve_checkpoint
+    from .train.checkpoint import resolve_checkpoint
     from .eval.lengths import evaluate_lengths
     from .train import load_model
 
@@ -166,7 +166,7 @@ def cmd_lengths(args) -> int:
                        "lengths": records}, indent=2)
     print(text)
     if args.out:
-        from .train.checkpoint import atomic_write_text
+        from .io import atomic_write_text
         atomic_write_text(Path(args.out), text + "\n")
     return 0
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from looped.cli import QUICKSTART
+from looped.train.config import QUICKSTART
 from looped.config import ConfigError, from_dict, parse_overrides, to_dict
 from looped.models import build_model
 from looped.train import RunConfig, load_run_config

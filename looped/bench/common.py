@@ -9,18 +9,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import math
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..io import write_json  # noqa: F401  (the benchmarks import it from here)
 from ..models import build_model, get_arch
 
 
@@ -128,17 +127,6 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 
 # --- output ----------------------------------------------------------------------------------------
-
-
-def write_json(path: str | os.PathLike, data: Any) -> Path:
-    """Write `data` as indented JSON atomically: a reader never sees a half-written file."""
-    from ..train.checkpoint import atomic_path
-
-    path = Path(path)
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, allow_nan=False)
-        handle.write("\n")
-    return path
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

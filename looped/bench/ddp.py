@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from ..cli import QUICKSTART
+from ..train.config import QUICKSTART
 from ..config import merge
 from .common import environment, write_json
 

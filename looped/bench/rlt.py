@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import build_model, get_arch
-from ..train.checkpoint import atomic_save_figure
+from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, torch_threads, write_json
 from .train import make_train_step, time_interleaved
 

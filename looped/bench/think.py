@@ -40,7 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ..train.checkpoint import atomic_save_figure
+from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, time_once, torch_threads, write_json
 
 DEFAULT_OUT = Path("results/bench/think.json")

@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from ..train.checkpoint import atomic_save_figure
+from ..io import atomic_save_figure
 
 # Shown when --metrics is not given: the training loss, the held-out loss, and the first headline score present.
 HEADLINE = ("val_bits_per_byte", "val_bits_per_symbol", "val_accuracy", "val_final_state_accuracy")

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from ..data.tasks.algorithmic import AlgorithmicTask, fixed_set
-from ..train.checkpoint import atomic_save_figure
-from ..train.sequence import accuracies, build_task, score_rows
+from ..io import atomic_save_figure
+from .sequence import accuracies, algorithmic_task, score_rows
 
 METRICS = ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy")
 
@@ -36,8 +36,7 @@ METRICS = ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy")
 def resolve_task(task: AlgorithmicTask | str, variant: str | None = None) -> AlgorithmicTask:
     if isinstance(task, AlgorithmicTask):
         return task
-    from ..train.sequence import SequenceTaskConfig
-    return build_task(SequenceTaskConfig(name=task, variant=variant))
+    return algorithmic_task(task, variant)
 
 
 def length_grid(task: AlgorithmicTask | str, variant: str | None = None) -> tuple[int, ...]:

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from ..data.tasks.base import ReasoningBatch
 from ..data.tasks.reasoning import row_hits
-from ..train.checkpoint import atomic_save_figure
+from ..io import atomic_save_figure, atomic_write_text
 
 DIAGNOSTIC_VARIANTS = ("baseline", "zeros", "clamp", "reinit0", "reinit1", "reinit2")
 
@@ -43,40 +43,10 @@ DIAGNOSTIC_VARIANTS = ("baseline", "zeros", "clamp", "reinit0", "reinit1", "rein
 # ============================================================================ batching
 
 
-def select_rows(batch: ReasoningBatch, index) -> ReasoningBatch:
-    """Rows `index` (a slice, index tensor or boolean mask) of every field of `batch`."""
-    return ReasoningBatch(tokens=batch.tokens[index], labels=batch.labels[index], padding=batch.padding[index],
-                          difficulty=batch.difficulty[index],
-                          extras={name: value[index] for name, value in batch.extras.items()})
-
-
-def trim_padding(batch: ReasoningBatch) -> ReasoningBatch:
-    """Sequence rows cut to the longest real row of the batch.
-
-    PAD keys are masked out of attention and the readout reads position 0, so the columns after the longest
-    row change nothing but the cost: nested-boolean rows average 38 of their 128 positions. Graph rows keep
-    their 20 node slots (the adjacency mask and the query indices are laid out on them).
-    """
-    if "adjacency" in batch.extras or batch.tokens.shape[1] == 0:
-        return batch
-    real = (~batch.padding).any(dim=0).nonzero()
-    keep = int(real.max()) + 1 if len(real) else 1
-    if keep == batch.tokens.shape[1]:
-        return batch
-    return ReasoningBatch(tokens=batch.tokens[:, :keep], labels=batch.labels, padding=batch.padding[:, :keep],
-                          difficulty=batch.difficulty, extras=dict(batch.extras))
-
-
-def to_device(batch: ReasoningBatch, device) -> ReasoningBatch:
-    return ReasoningBatch(tokens=batch.tokens.to(device), labels=batch.labels.to(device),
-                          padding=batch.padding.to(device), difficulty=batch.difficulty.to(device),
-                          extras={name: value.to(device) for name, value in batch.extras.items()})
-
-
 def chunks(batch: ReasoningBatch, size: int) -> Iterator[ReasoningBatch]:
     """Consecutive row slices of at most `size` rows, each trimmed of unused padding columns."""
     for start in range(0, len(batch), size):
-        yield trim_padding(select_rows(batch, slice(start, start + size)))
+        yield batch.select(slice(start, start + size)).trim()
 
 
 def unwrap(model):
@@ -122,8 +92,6 @@ class AccuracyGrid:
         return buffer.getvalue()
 
     def write_csv(self, path: str | Path) -> Path:
-        from ..train.checkpoint import atomic_write_text
-
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, self.to_csv_text())
@@ -194,7 +162,7 @@ def evaluate_grid(model, test: ReasoningBatch, budgets: Sequence[int], *, batch_
     core = unwrap(model)
     try:
         for chunk in chunks(test, batch_size):
-            chunk = to_device(chunk, device)
+            chunk = chunk.to(device)
             cols = torch.tensor([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols.numpy(), minlength=len(difficulties))
             for i, (t, logits) in enumerate(logits_by_budget(model, chunk, budgets).items()):
@@ -238,7 +206,7 @@ def validation_metrics(model, rows: ReasoningBatch, steps: int, *, batch_size: i
         for i, chunk in enumerate(chunks(rows, batch_size)):
             if max_batches and i >= max_batches:
                 break
-            chunk = to_device(chunk, device)
+            chunk = chunk.to(device)
             logits = model(chunk, steps).float()
             total_loss += F.binary_cross_entropy_with_logits(logits, chunk.labels.float(), reduction="sum").item()
             total_correct += row_hits(logits, chunk.labels).sum().item()
@@ -344,7 +312,7 @@ def beyond_range_grids(model, test: ReasoningBatch, budgets: Sequence[int], trai
 
     try:
         for chunk in chunks(test, batch_size):
-            chunk = to_device(chunk, device)
+            chunk = chunk.to(device)
             core.check_batch(chunk)
             cols = np.array([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols, minlength=len(difficulties))

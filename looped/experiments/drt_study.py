@@ -26,7 +26,7 @@ import torch
 
 from ..config import ConfigError
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
-                              plot_heatmap, select_rows, shortcut_accuracy)
+                              plot_heatmap, shortcut_accuracy)
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
@@ -55,7 +55,7 @@ def per_bucket_subset(rows, per_bucket: int | None):
         seen[d] = seen.get(d, 0) + 1
         if seen[d] <= per_bucket:
             keep.append(i)
-    return select_rows(rows, torch.tensor(keep, dtype=torch.long))
+    return rows.select(torch.tensor(keep, dtype=torch.long))
 
 
 class TestSets:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import re
 import statistics
 import time
@@ -21,9 +20,9 @@ try:
 except ImportError:  # not POSIX: one process per study (no locking)
     fcntl = None
 
+from ..io import atomic_write_text
 from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
-from ..train.checkpoint import atomic_write_text
 
 
 class ResultTable:
@@ -146,18 +145,9 @@ def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
     return "\n".join([head, *lines]) + "\n"
 
 
-def finished(folder: Path) -> bool:
-    """True when the run in `folder` has a last checkpoint at its full budget."""
-    last = Path(folder) / "checkpoints" / "last"
-    if not ckpt.is_checkpoint(last):
-        return False
-    meta = json.loads((last / "trainer.json").read_text())
-    return meta["step"] >= meta["total_steps"]
-
-
 def train_one(config, folder: Path, progress: bool, log) -> float:
     """Train (or resume) one run to its budget; seconds spent here (0 when it was already finished)."""
-    if finished(folder):
+    if ckpt.run_finished(folder):
         return 0.0
     start = time.perf_counter()
     resume = ckpt.is_checkpoint(Path(folder) / "checkpoints" / "last")

@@ -88,9 +88,14 @@ def build_model(config: Any):
     return get_arch(config.arch).model_cls(config)
 
 
+# The built-in architectures are loaded by module name, as plugins are: importing a module runs its @register
+# decorators, and no module of this package imports the registry that imports it (one-way imports).
+BUILTIN_MODULES = ("loop", "lstm", "reasoning_baselines", "recurrent_depth", "rlt", "transformer")
+
+
 def _load_builtin() -> None:
-    # Importing the family modules runs their @register decorators.
-    from . import loop, lstm, reasoning_baselines, recurrent_depth, rlt, transformer  # noqa: F401
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
     load_plugins()
 
 

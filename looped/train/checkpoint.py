@@ -11,7 +11,6 @@ leaves the previous checkpoint intact.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -26,53 +25,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError, from_dict, to_dict
+from ..io import atomic_path, atomic_save_figure, atomic_write_text  # noqa: F401  (re-exported: older imports)
 
 FILES = ("config.json", "model.safetensors")
 
 
 class CheckpointError(ValueError):
     """A checkpoint folder is missing, incomplete, corrupt or does not fit the model/config."""
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path):
-    """Yields a temporary path beside `path` to write; when the block ends normally it replaces `path` in one
-    rename (a reader never sees a half-written file, a failed write leaves the old one), otherwise it is removed.
-    The file gets the permissions a plain open() would give it (mkstemp's are private)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)  # reading the umask means setting it: set it straight back
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def atomic_save_figure(fig, path: Path, dpi: int = 120) -> None:
-    """Save a matplotlib figure like every other output (the old file stays until the new one is complete; the
-    folder is created) and close it. The format comes from the suffix of `path` (the temporary file has none)."""
-    import matplotlib.pyplot as plt
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
-    plt.close(fig)
 
 
 def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
@@ -105,6 +64,30 @@ def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
 
 def is_checkpoint(folder: Path) -> bool:
     return all((Path(folder) / f).is_file() for f in FILES)
+
+
+def resolve_checkpoint(path: str, which: str | None = None) -> Path:
+    """A checkpoint folder, or a run folder (checkpoints/<which>, default: the run's train.select)."""
+    folder = Path(path)
+    if is_checkpoint(folder):
+        return folder
+    if (folder / "checkpoints").is_dir():
+        if which is None:
+            last = folder / "checkpoints" / "last"
+            which = read_config(last).train.select if is_checkpoint(last) else "last"
+        return folder / "checkpoints" / which
+    if not folder.exists():
+        raise ValueError(f"{folder}: no such run or checkpoint folder")
+    raise ValueError(f"{folder}: not a checkpoint folder (no config.json/model.safetensors, no checkpoints/)")
+
+
+def run_finished(folder: Path) -> bool:
+    """True when the run in `folder` has a last checkpoint at its full budget."""
+    last = Path(folder) / "checkpoints" / "last"
+    if not is_checkpoint(last):
+        return False
+    meta = json.loads((last / "trainer.json").read_text())
+    return meta["step"] >= meta["total_steps"]
 
 
 def read_config(folder: Path):

@@ -107,3 +107,13 @@ def load_run_config(path: str | Path | list | None = None, overrides: list[str] 
         data = merge(data, read_yaml(one))
     data = merge(data, parse_overrides(overrides or []))
     return from_dict(RunConfig, data)
+
+
+# The `looped quickstart` run (a small Transformer on KJV; README) and the base of `looped bench ddp`.
+QUICKSTART = {
+    "model": {"arch": "transformer", "dim": 128, "heads": 4, "layers": 4, "ffn_dim": 512, "context_length": 512},
+    "data": {"corpus": "kjv"},
+    "optim": {"lr": 2e-3, "weight_decay": 0.1, "schedule": "cosine", "warmup_steps": 50, "min_lr": 2e-4},
+    "train": {"seed": 11, "batch_size": 8, "max_steps": 600, "eval_every": 200, "eval_batches": 0,
+              "select": "best", "log_every": 10},
+}

@@ -19,22 +19,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..eval.sequence import per_example_loss
+
 
 # --- supervised ---------------------------------------------------------------------------------------
-def per_example_loss(logits: torch.Tensor, targets: torch.Tensor,
-                     mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy over each row's selected targets, and each row's number of selected targets.
-
-    logits (batch, length, vocab), targets and mask (batch, length). Unselected targets may hold any id
-    (PAD, out-of-range placeholders): they are replaced before the gather, so they cannot raise."""
-    mask = mask.to(logits.device)
-    safe_targets = torch.where(mask, targets.to(logits.device), 0)
-    nll = F.cross_entropy(logits.float().flatten(0, 1), safe_targets.flatten(), reduction="none")
-    nll = nll.view(mask.shape) * mask
-    counts = mask.sum(1)
-    return nll.sum(1) / counts.clamp(min=1), counts
-
-
 def masked_sequence_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Eq. 24: per-example mean over selected targets, averaged over the examples that have at least one."""
     per_row, counts = per_example_loss(logits, targets, mask)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..data.tasks import ReasoningBatch, get_task
-from ..eval.reasoning import select_rows, to_device, trim_padding, unwrap, validation_metrics
+from ..eval.reasoning import unwrap, validation_metrics
 from .tasks import register_task_kind
 
 TASK_NAMES = ("graph", "boolean", "family")
@@ -140,7 +140,7 @@ def drop_seen(task, batch: ReasoningBatch, seen: set[bytes]) -> ReasoningBatch:
         if key not in seen:
             seen.add(key)
             keep.append(i)
-    return select_rows(batch, torch.tensor(keep, dtype=torch.long))
+    return batch.select(torch.tensor(keep, dtype=torch.long))
 
 
 def training_data(tc: ReasoningTaskConfig) -> tuple[Any, ReasoningBatch, ReasoningBatch]:
@@ -241,17 +241,17 @@ class ReasoningTrainTask:
         return torch.cat(parts)
 
     def global_batch(self, n: int) -> StepBatch:
-        batch = StepBatch(select_rows(self.train_rows, self.next_indices(n)), self.batch_steps(self.batches_served))
+        batch = StepBatch(self.train_rows.select(self.next_indices(n)), self.batch_steps(self.batches_served))
         self.batches_served += 1
         return batch
 
     @staticmethod
     def shard(batch: StepBatch, start: int, end: int) -> StepBatch:
-        return StepBatch(select_rows(batch.rows, slice(start, end)), batch.steps)
+        return StepBatch(batch.rows.select(slice(start, end)), batch.steps)
 
     @staticmethod
     def to(batch: StepBatch, device) -> StepBatch:
-        return StepBatch(to_device(trim_padding(batch.rows), device), batch.steps)
+        return StepBatch(batch.rows.trim().to(device), batch.steps)
 
     # --- objective ---------------------------------------------------------------------------------------
     def loss(self, model, batch: StepBatch) -> torch.Tensor:

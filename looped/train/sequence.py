@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data.tasks import SequenceBatch, TaskError, get_task
-from ..data.tasks.algorithmic import (VOCAB_SIZE, AlgorithmicTask, concat_batches, fixed_set, heldout_keys,
-                                      replace_excluded, select_rows, split_seed)
-from .objectives import masked_sequence_loss, per_example_loss
+from ..data.tasks import SequenceBatch, TaskError
+from ..data.tasks.algorithmic import VOCAB_SIZE, AlgorithmicTask, fixed_set, heldout_keys, replace_excluded, split_seed
+from ..eval.sequence import accuracies, algorithmic_task, score_rows
+from .objectives import masked_sequence_loss
 from .tasks import register_task_kind
 
 
@@ -93,16 +93,7 @@ class SequenceTaskConfig:
 
 def build_task(config: SequenceTaskConfig) -> AlgorithmicTask:
     """The algorithmic task a config names; ValueError (one line) for an unknown name or variant."""
-    options = {} if config.variant is None else {"variant": config.variant}
-    try:
-        task = get_task(config.name, **options)
-    except TypeError:
-        raise ValueError(f"task.variant: {config.name} has no variants") from None
-    except TaskError as err:
-        raise ValueError(f"task.name: {err}") from None
-    if not isinstance(task, AlgorithmicTask):
-        raise ValueError(f"task.name: {config.name!r} is not an algorithmic sequence task")
-    return task
+    return algorithmic_task(config.name, config.variant)
 
 
 def allowed_lengths(task: AlgorithmicTask, bounds: list[int] | None = None) -> list[int]:
@@ -132,18 +123,6 @@ def batch_rng(seed: int, task: AlgorithmicTask, step: int, group: int) -> np.ran
     """Independent stream per (data seed, task + options, update, group), stable across runs (crc32)."""
     label = zlib.crc32(f"{task.data_key}/train/sequence-kind".encode())
     return np.random.default_rng(np.random.SeedSequence([seed, label, step, group]))
-
-
-def last_scored_width(batch: SequenceBatch) -> int:
-    """Positions up to and including the last scored one: later inputs cannot influence any scored
-    prediction (causality), so they need not be run."""
-    scored = batch.loss_mask.any(0).nonzero()
-    return int(scored[-1]) + 1 if len(scored) else batch.tokens.shape[1]
-
-
-def trim(batch: SequenceBatch, width: int) -> SequenceBatch:
-    return SequenceBatch(batch.tokens[:, :width], batch.targets[:, :width], batch.loss_mask[:, :width],
-                         batch.lengths, batch.difficulty)
 
 
 class SequenceTask:
@@ -197,7 +176,7 @@ class SequenceTask:
                 rng = batch_rng(self.seed, self.task, step, g)
                 length = int(lengths[rng.integers(len(lengths))])
                 groups.append(self.sample_unseen(rng, min(self.group, n - start), length))
-            return concat_batches(groups)
+            return SequenceBatch.concat(groups)
         rng = batch_rng(self.seed, self.task, step, 0)
         draws = np.asarray(lengths)[rng.integers(len(lengths), size=n)]
         parts, order = [], []
@@ -205,8 +184,8 @@ class SequenceTask:
             rows = np.flatnonzero(draws == length)
             parts.append(self.sample_unseen(rng, len(rows), int(length)))
             order.extend(rows.tolist())
-        merged = concat_batches(parts)
-        return select_rows(merged, np.argsort(order, kind="stable").tolist())
+        merged = SequenceBatch.concat(parts)
+        return merged.select(np.argsort(order, kind="stable").tolist())
 
     def sample_unseen(self, rng: np.random.Generator, n: int, length: int) -> SequenceBatch:
         """n training rows of one length, none of them a row of the task's test set at that length (the rare
@@ -226,14 +205,11 @@ class SequenceTask:
 
     @staticmethod
     def shard(batch: SequenceBatch, start: int, end: int) -> SequenceBatch:
-        rows = list(range(start, min(end, len(batch))))
-        return select_rows(batch, rows)
+        return batch.select(list(range(start, min(end, len(batch)))))
 
     @staticmethod
     def to(batch: SequenceBatch, device) -> SequenceBatch:
-        batch = trim(batch, last_scored_width(batch))
-        return SequenceBatch(*(t.to(device, non_blocking=True) for t in
-                               (batch.tokens, batch.targets, batch.loss_mask, batch.lengths, batch.difficulty)))
+        return batch.trim().to(device)
 
     @staticmethod
     def loss(model, batch: SequenceBatch) -> torch.Tensor:
@@ -266,38 +242,6 @@ class SequenceTask:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
-
-
-def accuracies(totals: dict) -> dict[str, float]:
-    """The three accuracies of seed 003 (Appendix J.4, J.1.5) from pooled counts."""
-    return {"final_state_accuracy": totals["final"] / totals["rows"],
-            "prefix_token_accuracy": totals["tokens"] / max(1, totals["scored"]),
-            "sequence_accuracy": totals["whole"] / totals["rows"]}
-
-
-def score_rows(model, task: AlgorithmicTask, rows: SequenceBatch, *, batch_size: int, max_batches: int = 0,
-               device=torch.device("cpu"), autocast_dtype=None) -> dict:
-    """Counts over `rows` in batches: summed example loss, rows, right final states, right scored tokens,
-    scored tokens, rows right everywhere. Teacher-forced (the paper's protocol for every task)."""
-    totals = dict(loss=0.0, rows=0, final=0, tokens=0, scored=0, whole=0)
-    n_batches = math.ceil(len(rows) / batch_size)
-    if max_batches:
-        n_batches = min(n_batches, max_batches)
-    for i in range(n_batches):
-        batch = SequenceTask.to(select_rows(rows, list(range(i * batch_size, min(len(rows), (i + 1) * batch_size)))),
-                                device)
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
-            logits = model(batch.tokens)
-        per_row, _ = per_example_loss(logits, batch.targets, batch.loss_mask)
-        score = task.score(batch, logits.argmax(-1))
-        n = len(batch)
-        totals["loss"] += float(per_row.sum())
-        totals["rows"] += n
-        totals["final"] += round(score["final_state_accuracy"] * n)
-        totals["tokens"] += round(score["prefix_token_accuracy"] * score["scored_tokens"])
-        totals["scored"] += int(score["scored_tokens"])
-        totals["whole"] += round(score["sequence_accuracy"] * n)
-    return totals
 
 
 register_task_kind("sequence", SequenceTaskConfig, SequenceTask)

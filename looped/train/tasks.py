@@ -13,6 +13,7 @@ A new kind registers `register_task_kind("name", ConfigDataclass, TaskClass)`; t
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +49,14 @@ def make_task(config, log=print):
     return _KINDS[config.task.kind][1](config, log)
 
 
+# Kinds defined outside this module register themselves on import; they are loaded by module name (seed 002
+# reasoning, seed 003 algorithmic tasks), so this module imports none of the modules that import it.
+BUILTIN_MODULES = ("reasoning", "sequence")
+
+
 def _load_builtin() -> None:
-    """Kinds defined outside this module register themselves on import."""
-    from . import reasoning, sequence  # noqa: F401  (seed 002 reasoning, seed 003 algorithmic tasks)
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
 
 
 class LMTask:

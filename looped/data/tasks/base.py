@@ -9,10 +9,15 @@ and documents its token format in its class docstring.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+
+SEQUENCE_PAD = 258  # PAD of the 277-symbol task vocabulary (algorithmic.PAD): fills rows, never scored
 
 
 class TaskError(ValueError):
@@ -30,6 +35,45 @@ class ReasoningBatch:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
+    def select(self, index) -> ReasoningBatch:
+        """Rows `index` (a slice, index tensor or boolean mask) of every field."""
+        return ReasoningBatch(tokens=self.tokens[index], labels=self.labels[index], padding=self.padding[index],
+                              difficulty=self.difficulty[index],
+                              extras={name: value[index] for name, value in self.extras.items()})
+
+    @staticmethod
+    def concat(batches: Sequence[ReasoningBatch]) -> ReasoningBatch:
+        """Rows of all batches, in order (extras must carry the same names)."""
+        names = sorted(batches[0].extras)
+        return ReasoningBatch(
+            tokens=torch.cat([b.tokens for b in batches]),
+            labels=torch.cat([b.labels for b in batches]),
+            padding=torch.cat([b.padding for b in batches]),
+            difficulty=torch.cat([b.difficulty for b in batches]),
+            extras={name: torch.cat([b.extras[name] for b in batches]) for name in names},
+        )
+
+    def to(self, device) -> ReasoningBatch:
+        return ReasoningBatch(tokens=self.tokens.to(device), labels=self.labels.to(device),
+                              padding=self.padding.to(device), difficulty=self.difficulty.to(device),
+                              extras={name: value.to(device) for name, value in self.extras.items()})
+
+    def trim(self) -> ReasoningBatch:
+        """Sequence rows cut to the longest real row of the batch.
+
+        PAD keys are masked out of attention and the readout reads position 0, so the columns after the longest
+        row change nothing but the cost: nested-boolean rows average 38 of their 128 positions. Graph rows keep
+        their 20 node slots (the adjacency mask and the query indices are laid out on them).
+        """
+        if "adjacency" in self.extras or self.tokens.shape[1] == 0:
+            return self
+        real = (~self.padding).any(dim=0).nonzero()
+        keep = int(real.max()) + 1 if len(real) else 1
+        if keep == self.tokens.shape[1]:
+            return self
+        return ReasoningBatch(tokens=self.tokens[:, :keep], labels=self.labels, padding=self.padding[:, :keep],
+                              difficulty=self.difficulty, extras=dict(self.extras))
+
 
 @dataclass
 class SequenceBatch:
@@ -41,6 +85,44 @@ class SequenceBatch:
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
+
+    def select(self, rows: Sequence[int] | torch.Tensor) -> SequenceBatch:
+        """The batch restricted to `rows` (in that order), with padding trimmed to the longest kept row."""
+        index = torch.as_tensor(rows, dtype=torch.int64)
+        width = int(self.lengths[index].max()) if len(index) else self.tokens.shape[1]
+        return SequenceBatch(tokens=self.tokens[index, :width], targets=self.targets[index, :width],
+                             loss_mask=self.loss_mask[index, :width], lengths=self.lengths[index],
+                             difficulty=self.difficulty[index])
+
+    @staticmethod
+    def concat(batches: Sequence[SequenceBatch]) -> SequenceBatch:
+        """Rows of several batches in order, padded to the widest (inputs and targets with PAD)."""
+        width = max(b.tokens.shape[1] for b in batches)
+
+        def padded(name: str, fill) -> torch.Tensor:
+            parts = []
+            for b in batches:
+                part = getattr(b, name)
+                extra = width - part.shape[1]
+                parts.append(torch.nn.functional.pad(part, (0, extra), value=fill) if extra else part)
+            return torch.cat(parts)
+
+        return SequenceBatch(tokens=padded("tokens", SEQUENCE_PAD), targets=padded("targets", SEQUENCE_PAD),
+                             loss_mask=padded("loss_mask", False), lengths=torch.cat([b.lengths for b in batches]),
+                             difficulty=torch.cat([b.difficulty for b in batches]))
+
+    def to(self, device) -> SequenceBatch:
+        return SequenceBatch(*(t.to(device, non_blocking=True) for t in
+                               (self.tokens, self.targets, self.loss_mask, self.lengths, self.difficulty)))
+
+    def trim(self, width: int | None = None) -> SequenceBatch:
+        """The first `width` positions of every row; by default up to and including the last scored position
+        (later inputs cannot influence any scored prediction (causality), so they need not be run)."""
+        if width is None:
+            scored = self.loss_mask.any(0).nonzero()
+            width = int(scored[-1]) + 1 if len(scored) else self.tokens.shape[1]
+        return SequenceBatch(self.tokens[:, :width], self.targets[:, :width], self.loss_mask[:, :width],
+                             self.lengths, self.difficulty)
 
 
 _TASKS: dict[str, type] = {}
@@ -56,8 +138,14 @@ def register_task(name: str):
     return wrap
 
 
+# Loaded by module name (their @register_task decorators fill _TASKS), so no task module imports a module
+# that imports it.
+BUILTIN_MODULES = ("algorithmic", "reasoning")
+
+
 def _load_builtin() -> None:
-    from . import algorithmic, reasoning  # noqa: F401  (their @register_task decorators fill _TASKS)
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
 
 
 def get_task(name: str, **options):

@@ -83,15 +83,8 @@ def balanced_labels(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def concat_batches(batches: list[ReasoningBatch]) -> ReasoningBatch:
-    """Rows of all batches, in order (extras must carry the same names)."""
-    names = sorted(batches[0].extras)
-    return ReasoningBatch(
-        tokens=torch.cat([b.tokens for b in batches]),
-        labels=torch.cat([b.labels for b in batches]),
-        padding=torch.cat([b.padding for b in batches]),
-        difficulty=torch.cat([b.difficulty for b in batches]),
-        extras={name: torch.cat([b.extras[name] for b in batches]) for name in names},
-    )
+    """Rows of all batches, in order (ReasoningBatch.concat; kept for older imports)."""
+    return ReasoningBatch.concat(batches)
 
 
 def row_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
