@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 import looped.train.reasoning as rtask  # registers task kind "reasoning"
-from looped import reasoning_cli
+from looped.cli import data as data_cli
+from looped.cli import reasoning as reasoning_cli
 from looped.bench import think as think_bench
 from looped.config import from_dict
 from looped.data.tasks import get_task
@@ -301,7 +302,9 @@ def test_depth_embedding_variants_change_only_untrained_rows():
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    code = reasoning_cli.cli([str(a) for a in argv])
+    from looped.cli import main
+
+    code = main([str(a) for a in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -365,16 +368,13 @@ def test_data_show_prints_examples(capsys):
     assert code == 2 and "hops must be in" in err and len(err.strip().splitlines()) == 1
 
 
-def test_register_cli_adds_show_to_an_existing_data_command():
+def test_data_show_and_think_are_wired_into_the_looped_parser():
     from looped.cli import build_parser
 
     parser = build_parser()
-    sub = reasoning_cli._subparsers_of(parser)
-    if "think" not in sub.choices:  # not wired into looped.cli yet: wire it here as cli.py will
-        reasoning_cli.register_cli(sub)
     args = parser.parse_args(["data", "show", "family", "--n", "2"])
-    assert args.func is reasoning_cli.cmd_data_show and args.n == 2
-    assert parser.parse_args(["data", "info", "x.yaml"]).config == ["x.yaml"]  # the existing sub-command stays
+    assert args.func is data_cli.cmd_data_show and args.n == 2
+    assert parser.parse_args(["data", "info", "x.yaml"]).config == ["x.yaml"]  # the other data sub-commands stay
     args = parser.parse_args(["think", "runs/x", "--input", "T&F", "--steps", "1,2"])
     assert args.func is reasoning_cli.cmd_think
 
@@ -469,9 +469,7 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
     from looped.cli import build_parser
 
     parser = build_parser()
-    reproduce = reasoning_cli._subparsers_of(parser).choices["reproduce"]
-    drt_study.add_reproduce_arguments(reproduce)
-    argv = ["reproduce", "clw", "--seeds", "42", "--alphas", "0", "1", "--out", str(out), "--runs", str(runs),
+    argv = ["reproduce", "drt", "--seeds", "42", "--alphas", "0", "1", "--out", str(out), "--runs", str(runs),
             "--no-progress"]
     assert drt_study.reproduce(parser.parse_args([*argv, "--tasks", "graph"])) == 0
     assert (out / "results.csv").read_text() == before
@@ -479,11 +477,15 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
         drt_study.reproduce(parser.parse_args([*argv, "--tasks", "parity"]))
 
 
-def test_reproduce_defaults_to_the_papers_tasks_and_its_help_names_every_recipe():
+def test_reproduce_defaults_to_the_papers_tasks_and_its_help_names_every_recipe(capsys):
     from looped.cli import build_parser
     from looped.experiments import drt, rlt
     assert {key["task"] for key, _ in drt_study.plan_runs()} == {"graph", "logic", "family"} == set(drt.PAPER_TASKS)
-    help_text = " ".join(reasoning_cli._subparsers_of(build_parser()).choices["reproduce"].format_help().split())
+    parser = build_parser()
+    for paper, names in (("drt", drt.TASKS), ("rlt", rlt.TASKS)):  # each study's own --tasks help names its recipes
+        with pytest.raises(SystemExit):
+            parser.parse_args(["reproduce", paper, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
     assert all(name in help_text for name in [*drt.TASKS, *rlt.TASKS]), help_text
 
 

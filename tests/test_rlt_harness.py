@@ -256,10 +256,10 @@ def write_checkpoint(folder, seed=0, **model):
 
 
 def test_state_save_resume_and_refusal_through_the_cli(tmp_path, capsys):
-    from looped.rlt_cli import register_cli
+    from looped.cli.rlt import add_commands
 
     parser = argparse.ArgumentParser()
-    register_cli(parser.add_subparsers(dest="command"))
+    add_commands(parser.add_subparsers(dest="command"))
     run = write_checkpoint(tmp_path / "run")
     state = tmp_path / "chat.safetensors"
 
@@ -270,7 +270,7 @@ def test_state_save_resume_and_refusal_through_the_cli(tmp_path, capsys):
     assert call("--prompt", "0110=", "--max-new-tokens", "3") == 0
     assert state.exists() and not list(tmp_path.glob(".chat*"))  # written atomically, no temporary left
     assert call("--prompt", "1<EOS>", "--max-new-tokens", "2") == 0
-    from looped.rlt_cli import load_state
+    from looped.infer.state import load_state
     model, _ = load_model(run)
     saved, history, pending, _ = load_state(state, model)
     assert history[0, :6].tolist() == [BOS, *b"0110="] and saved.position == history.shape[1]

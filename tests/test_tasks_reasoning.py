@@ -1,4 +1,4 @@
-"""Tests of looped.data.tasks.reasoning: the graph, boolean and family generators of seed 002.
+"""Tests of the seed 002 reasoning tasks (looped.data.tasks.graph, boolean, family and their shared reasoning.py).
 
 Generator labels are checked against the reference solvers (`label_of`) and, for the graph, against
 boolean matrix powers of the attention mask computed here; structure is checked against SPEC §2.
@@ -10,15 +10,10 @@ import torch
 
 from looped.data.tasks import ReasoningBatch, TaskError, rng_for
 from looped.data.tasks import base
-from looped.data.tasks.reasoning import (
-    FamilyRelations,
-    GraphReachability,
-    NestedBoolean,
-    nesting_depth,
-    relation_word,
-    row_hits,
-    shortest_hops,
-)
+from looped.data.tasks.boolean import NestedBoolean, nesting_depth
+from looped.data.tasks.family import FamilyRelations, relation_word
+from looped.data.tasks.graph import GraphReachability, shortest_hops
+from looped.data.tasks.reasoning import row_hits
 
 
 def one_line(excinfo: pytest.ExceptionInfo) -> str:

@@ -10,15 +10,17 @@ comes from using more context; finished runs that lack it are scored again from 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from ..config import from_dict, merge
 from ..data import load_streams, to_blocks
 from ..eval import evaluate_lm
+from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
-from ..train import checkpoint as ckpt
 from . import clw
-from .results import ResultTable, format_mean_sd, mean_sd, pending_runs, train_or_record_failure
+from .results import (ResultTable, add_study_options, format_mean_sd, mean_sd, pending_runs, status_report,
+                      train_or_record_failure)
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
@@ -151,7 +153,7 @@ def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits:
     for table in (results, by_rounds, exits, positions):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_text(out / "table.md", table_markdown(results, exits, positions))
+    atomic_write_text(out / "table.md", table_markdown(results, exits, positions))
     if results.rows:
         plot_nll(results, out / "nll.png")
     if by_rounds.rows:
@@ -273,7 +275,7 @@ def per_corpus_figure(path: Path, draw) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    ckpt.atomic_save_figure(fig, path)
+    atomic_save_figure(fig, path)
 
 
 def plot_nll(results: ResultTable, path: Path) -> None:
@@ -342,3 +344,32 @@ def plot_early_exit(table: ResultTable, path: Path) -> None:
         ax.set_ylabel("held-out bits/byte")
         ax.set_title(corpus)
     per_corpus_figure(path, draw)
+
+
+# --- `looped reproduce clw` ---------------------------------------------------------------------------------
+def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `looped reproduce clw`: the shared study options, the budget, corpora and rows."""
+    add_study_options(parser, "clw")
+    parser.add_argument("--budget", choices=["small", "medium"], default="small", help="full scale only")
+    parser.add_argument("--corpora", nargs="+", help=f"default: {' '.join(clw.CORPORA)} (cpu), the official "
+                                                     "corpora (full)")
+    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(clw.ROWS)}")
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    """`looped reproduce clw ...`: run the study (or list its status), print the table."""
+    from ..config import parse_overrides
+
+    corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
+    out = Path(args.out or (f"results/clw_{args.scale}" if args.scale == "cpu" else f"results/clw_{args.budget}"))
+    seeds, rows = args.seeds or clw.SEEDS, args.rows or tuple(clw.ROWS)
+    if args.status:
+        print(status_report(results_table(out), plan_runs(seeds=seeds, corpora=corpora, rows=rows),
+                            f"clw {args.scale}"), end="")
+        return 0
+    run_study(out, Path(args.runs or f"runs/{out.name}"), seeds=seeds, corpora=corpora, rows=rows,
+              overrides=parse_overrides(args.set), progress=not args.no_progress, scale=args.scale,
+              budget=args.budget, stop_after=args.stop_after)
+    print((out / "table.md").read_text())
+    return 0
+

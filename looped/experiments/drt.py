@@ -33,7 +33,7 @@ from ..config import from_dict, merge
 SEEDS = (42, 43, 44)
 # Recipe names -> data task names (the paper says "nested boolean" / "logic" for the boolean task).
 # graph_hard: the same recipe with hard negatives (source has out-edges, target has in-edges, refutation needs
-# >= h hops; looped.data.tasks.reasoning), our addition beside the paper's generator, whose negatives local
+# >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose negatives local
 # cues often settle (SPEC §2).
 TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph"}
 PAPER_TASKS = ("graph", "logic", "family")  # what `looped reproduce drt` runs unless --tasks says otherwise

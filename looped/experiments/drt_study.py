@@ -25,13 +25,14 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError
+from ..io import atomic_write_text
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, shortcut_accuracy)
 from ..train import RunConfig, load_model
-from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from . import drt
-from .results import ResultTable, format_mean_sd, pending_runs, status_report, train_or_record_failure
+from .results import (ResultTable, add_study_options, format_mean_sd, pending_runs, status_report,
+                      train_or_record_failure)
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -350,7 +351,7 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
     for table in (results, gates):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_text(out / "table.md", table_markdown(results, scale))
+    atomic_write_text(out / "table.md", table_markdown(results, scale))
     for task, arch, alpha in _groups(results):
         rows = _ok(results, task=task, arch=arch, alpha=alpha)
         grids = [AccuracyGrid.read_csv(p) for r in rows
@@ -376,20 +377,15 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
 
 
 def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options `looped reproduce drt` needs to the shared reproduce parser, skipping any it already has
-    (it has --scale, --seeds, --out, --runs, --set, --no-progress, and a --tasks shared with other papers)."""
-    present = {option for action in parser._actions for option in action.option_strings}
-    options = {
-        "--tasks": dict(nargs="+", help=f"drt: {' '.join(drt.TASKS)} (default: the paper's "
-                                        f"{' '.join(drt.PAPER_TASKS)})"),
-        "--archs": dict(nargs="+", help="drt: reasoning architectures (default: drt; also drt_tied ut_act "
-                                        "fixed_transformer gnn)"),
-        "--alphas": dict(nargs="+", type=float, help="drt: intermediate-supervision weights, graph only (the "
-                                                     "paper's sweep: " + " ".join(map(str, ALPHA_SWEEP)) + ")"),
-    }
-    for option, kwargs in options.items():
-        if option not in present:
-            parser.add_argument(option, **kwargs)
+    """The options of `looped reproduce drt`: the shared study options, then the recipes, architectures and
+    intermediate-supervision weights."""
+    add_study_options(parser, "drt")
+    parser.add_argument("--tasks", nargs="+", help=f"{' '.join(drt.TASKS)} (default: the paper's "
+                                                   f"{' '.join(drt.PAPER_TASKS)})")
+    parser.add_argument("--archs", nargs="+", help="reasoning architectures (default: drt; also drt_tied ut_act "
+                                                   "fixed_transformer gnn)")
+    parser.add_argument("--alphas", nargs="+", type=float, help="intermediate-supervision weights, graph only (the "
+                                                                "paper's sweep: " + " ".join(map(str, ALPHA_SWEEP)) + ")")
 
 
 def reproduce(args: argparse.Namespace) -> int:
@@ -397,19 +393,19 @@ def reproduce(args: argparse.Namespace) -> int:
     from ..config import parse_overrides
 
     out = Path(args.out or f"results/drt_{args.scale}")
-    tasks = getattr(args, "tasks", None) or drt.PAPER_TASKS
+    tasks = args.tasks or drt.PAPER_TASKS
     unknown = [t for t in tasks if t not in drt.TASKS]
     if unknown:
         raise ValueError(f"--tasks: unknown DRT recipe {unknown[0]!r} (known: {', '.join(drt.TASKS)})")
-    archs = getattr(args, "archs", None) or ("drt",)
-    alphas = getattr(args, "alphas", None) or (0.0,)
+    archs, alphas = args.archs or ("drt",), args.alphas or (0.0,)
     selection = dict(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs), seeds=tuple(args.seeds or drt.SEEDS),
                      alphas=tuple(alphas), overrides=parse_overrides(args.set))
-    if getattr(args, "status", False):
+    if args.status:
         plan = [key for key, _ in plan_runs(**selection)]
         print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
         return 0
-    run_study(out, Path(args.runs or f"runs/{out.name}"), **selection,
-              progress=not args.no_progress, stop_after=args.stop_after, diagnostic_per_bucket=drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None)
+    per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None
+    run_study(out, Path(args.runs or f"runs/{out.name}"), **selection, progress=not args.no_progress,
+              stop_after=args.stop_after, diagnostic_per_bucket=per_bucket)
     print((out / "table.md").read_text())
     return 0

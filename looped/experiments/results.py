@@ -165,3 +165,19 @@ def train_or_record_failure(results: ResultTable, key: dict, config, folder: Pat
         log(f"run failed: {err}")
         results.add({**key, "status": f"failed: {str(err).splitlines()[0]}"})
         return None
+
+
+def add_study_options(parser, paper: str) -> None:
+    """The options every `looped reproduce <paper>` shares; a study adds its own after these."""
+    parser.add_argument("--scale", choices=["cpu", "full"], default="cpu")
+    parser.add_argument("--seeds", type=int, nargs="+")
+    parser.add_argument("--out", help=f"results folder (default results/{paper}_<scale>)")
+    parser.add_argument("--runs", help="run folders (default runs/<results folder name>)")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--status", action="store_true",
+                        help="list the planned runs as done / failed / to do and exit (trains nothing)")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
+                        help="start no new run after this many minutes (the run in progress finishes)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
+

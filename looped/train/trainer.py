@@ -22,6 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..config import to_dict
+from ..io import atomic_write_text
 from ..models import build_model
 from . import checkpoint as ckpt
 from .config import RunConfig
@@ -106,7 +107,7 @@ class Trainer:
                 self.model, device_ids=[self.dist.local_rank] if self.dist.device.type == "cuda" else None)
         if self.dist.main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            ckpt.atomic_write_text(self.out_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            atomic_write_text(self.out_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.writer = self._tensorboard() if tc.tensorboard and self.dist.main else None
 
     def _tensorboard(self):
@@ -142,7 +143,7 @@ class Trainer:
         path = self.out_dir / "metrics.jsonl"
         if self.dist.main and path.exists():
             kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-            ckpt.atomic_write_text(path, "".join(line + "\n" for line in kept))
+            atomic_write_text(path, "".join(line + "\n" for line in kept))
 
     # --- the loop ---------------------------------------------------------------------------------------
     def run(self, stop_after: int | None = None) -> dict:

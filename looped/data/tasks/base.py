@@ -140,7 +140,7 @@ def register_task(name: str):
 
 # Loaded by module name (their @register_task decorators fill _TASKS), so no task module imports a module
 # that imports it.
-BUILTIN_MODULES = ("algorithmic", "reasoning")
+BUILTIN_MODULES = ("algorithmic", "graph", "boolean", "family")
 
 
 def _load_builtin() -> None:

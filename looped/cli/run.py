@@ -1,25 +1,26 @@
-"""`looped` command line: train, eval, generate, plot, params, data, quickstart, reproduce, bench, ..."""
+"""`looped train | eval | generate | plot | params | quickstart`: train a run, score it, sample it, compare runs.
+
+    looped train CONFIG.yaml [--set train.max_steps=100] [--out runs/NAME] [--resume]
+    looped eval RUN [--rounds R] [--exit-threshold 0.01]      # held-out NLL / PPL / bits per byte, as JSON
+    looped generate RUN --prompt "And God said" [--temperature 0.8 --top-p 0.95]
+    looped quickstart                                         # ~10 min on 2 CPU cores (README)
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-from .train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
-from .train.config import QUICKSTART  # noqa: F401
-
-def _fail(message: str) -> int:
-    print(f"looped: error: {message}", file=sys.stderr)
-    return 2
-
+from ..io import atomic_write_text
+from ..train.checkpoint import resolve_checkpoint
+from ..train.config import QUICKSTART
+from .common import add_set
 
 # --- commands -------------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
-    from .train import Trainer, load_run_config
+    from ..train import Trainer, load_run_config
 
     config = load_run_config(args.config, args.set)
     out = Path(args.out or Path("runs") / "_".join(Path(c).stem for c in args.config))
@@ -30,8 +31,8 @@ def cmd_train(args) -> int:
 
 
 def _eval_config(args):
-    from .config import from_dict, merge, parse_overrides, to_dict
-    from .train import RunConfig, load_model
+    from ..config import from_dict, merge, parse_overrides, to_dict
+    from ..train import RunConfig, load_model
 
     model, config = load_model(resolve_checkpoint(args.run, args.which))
     if args.set:  # e.g. --set data.path=other.txt to score another held-out stream
@@ -40,8 +41,8 @@ def _eval_config(args):
 
 
 def cmd_eval(args) -> int:
-    from .data import load_streams, to_blocks
-    from .eval import evaluate_lm
+    from ..data import load_streams, to_blocks
+    from ..eval import evaluate_lm
 
     model, config = _eval_config(args)
     streams = load_streams(config.data)
@@ -55,8 +56,6 @@ def cmd_eval(args) -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
-        from .io import atomic_write_text
-
         atomic_write_text(Path(args.out), text + "\n")
     return 0
 
@@ -64,8 +63,8 @@ def cmd_eval(args) -> int:
 def cmd_generate(args) -> int:
     import torch
 
-    from .infer import decode_text, encode_text, generate
-    from .train import load_model
+    from ..infer import decode_text, encode_text, generate
+    from ..train import load_model
 
     # One token at a time is a chain of tiny kernels: waking a second thread costs more than it saves
     # (looped bench decode: ~1.5-2x faster per token with one thread on 2 cores).
@@ -81,7 +80,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .eval.curves import plot_runs
+    from ..eval.curves import plot_runs
 
     runs = [Path(r) for r in args.runs]
     out = Path(args.out) if args.out else (runs[0] if runs[0].is_dir() else runs[0].parent) / "curves.png"
@@ -95,14 +94,14 @@ def cmd_params(args) -> int:
 
     import torch
 
-    from .models import build_model, get_arch
-    from .models.budget import solve_ffn
-    from .train import load_run_config
+    from ..models import build_model, get_arch
+    from ..models.budget import solve_ffn
+    from ..train import load_run_config
 
     if args.target.endswith((".yaml", ".yml")) or Path(args.target).is_file():
         model_config = load_run_config(args.target, args.set).model
     else:  # an architecture name with its defaults (+ --set model.x=...)
-        from .config import parse_overrides
+        from ..config import parse_overrides
 
         model_config = get_arch(args.target).config(**parse_overrides(args.set).get("model", {}))
     if args.solve_ffn is not None:
@@ -117,46 +116,21 @@ def cmd_params(args) -> int:
     return 0
 
 
-def cmd_data_download(args) -> int:
-    from .data.download import config_for, download
-
-    paths = download(args.name, Path(args.dir))
-    print(json.dumps({"files": [str(p) for p in paths], "data": config_for(args.name, Path(args.dir))}, indent=2))
-    return 0
-
-
-def cmd_data_info(args) -> int:
-    from .data import load_streams, to_blocks
-    from .train import load_run_config
-
-    config = load_run_config(args.config, args.set)
-    streams = load_streams(config.data)
-    info = {"corpus": streams.name, "unit": streams.unit, "describe": streams.describe(),
-            "train_symbols": int(len(streams.train)), "heldout_symbols": int(len(streams.heldout)),
-            "train_blocks": len(to_blocks(streams.train, config.data.block_size, name="train")),
-            "heldout_blocks": len(to_blocks(streams.heldout, config.data.block_size, name="held-out"))}
-    print(json.dumps(info, indent=2))
-    return 0
-
-
 def cmd_quickstart(args) -> int:
     """Train the default model on the embedded KJV corpus, score the held-out books, print a sample."""
-    from .config import from_dict, merge, parse_overrides
-    from .data import load_streams, to_blocks
-    from .eval import evaluate_lm
-    from .eval.compressors import compressor_bits_per_byte, format_rates
-    from .infer import decode_text, encode_text, generate
-    from .train import RunConfig, Trainer, load_model
-    from .train import checkpoint as ckpt
+    from ..config import from_dict, merge, parse_overrides
+    from ..data import load_streams, to_blocks
+    from ..eval import evaluate_lm
+    from ..eval.compressors import compressor_bits_per_byte, format_rates
+    from ..infer import decode_text, encode_text, generate
+    from ..train import RunConfig, Trainer, load_model
+    from ..train import checkpoint as ckpt
 
     config = from_dict(RunConfig, merge(QUICKSTART, parse_overrides(args.set)))
     out = Path(args.out)
-    last = out / "checkpoints" / "last"
     start = time.perf_counter()
-    done = ckpt.is_checkpoint(last) and json.loads((last / "trainer.json").read_text())["step"] >= \
-        json.loads((last / "trainer.json").read_text())["total_steps"]
-    if not done:
-        Trainer(config, out, resume=ckpt.is_checkpoint(last), progress=not args.no_progress).run()
+    if not ckpt.run_finished(out):
+        Trainer(config, out, resume=ckpt.is_checkpoint(out / "checkpoints" / "last"), progress=not args.no_progress).run()
     model, config = load_model(resolve_checkpoint(str(out)))
     streams = load_streams(config.data)
     result = evaluate_lm(model, to_blocks(streams.heldout, config.data.block_size, name="kjv held-out"),
@@ -171,51 +145,16 @@ def cmd_quickstart(args) -> int:
     print(f"the same books compressed: {format_rates(compressors)} bits/byte")
     result["compressors_bits_per_byte"] = compressors
     print(f"sample (prompt {args.prompt!r}, T=0.8, top-p 0.95, seed 0):\n{decode_text(sample[0].tolist())}")
-    ckpt.atomic_write_text(out / "quickstart.json", json.dumps({**result, "minutes": elapsed / 60}, indent=2))
-    return 0
-
-
-def cmd_reproduce(args) -> int:
-    from .config import parse_overrides
-
-    if args.paper == "rlt":
-        from .experiments import rlt_study
-
-        return rlt_study.reproduce(args)
-    if args.paper == "drt":
-        from .experiments import drt_study
-
-        return drt_study.reproduce(args)
-    from .experiments import clw, clw_study
-    from .experiments.results import status_report
-
-    corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
-    out = Path(args.out or (f"results/clw_{args.scale}" if args.scale == "cpu" else f"results/clw_{args.budget}"))
-    if args.status:
-        plan = clw_study.plan_runs(seeds=args.seeds or clw.SEEDS, corpora=corpora, rows=args.rows or tuple(clw.ROWS))
-        print(status_report(clw_study.results_table(out), plan, f"clw {args.scale}"), end="")
-        return 0
-    clw_study.run_study(out, Path(args.runs or f"runs/{out.name}"), seeds=args.seeds or clw.SEEDS, corpora=corpora,
-                        rows=args.rows or tuple(clw.ROWS), overrides=parse_overrides(args.set),
-                        progress=not args.no_progress, scale=args.scale, budget=args.budget,
-                        stop_after=args.stop_after)
-    print((out / "table.md").read_text())
+    atomic_write_text(out / "quickstart.json", json.dumps({**result, "minutes": elapsed / 60}, indent=2))
     return 0
 
 
 # --- parser -----------------------------------------------------------------------------------------------
-def _add_set(p):
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="looped", description="Looped and recurrent Transformers.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_commands(sub) -> None:
+    """Add train, eval, generate, plot, params and quickstart to the `looped` sub-commands."""
     p = sub.add_parser("train", help="train from YAML config(s) (works under torchrun too)")
     p.add_argument("config", nargs="+", help="YAML files, merged left to right")
-    _add_set(p)
+    add_set(p)
     p.add_argument("--out", help="run folder (default runs/<config name>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last")
     p.add_argument("--stop-after", type=int, help="stop after this many updates in total (as if killed)")
@@ -230,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--rounds", type=int, help="test-time rounds for looped models")
         p.set_defaults(func=func)
         if name == "eval":
-            _add_set(p)
+            add_set(p)
             p.add_argument("--eval-batches", type=int, default=0, help="0 = the whole held-out stream")
             p.add_argument("--exit-threshold", type=float,
                            help="looped rows: early exit once a position's distribution moves < this (TV)")
@@ -261,74 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="a YAML config or an architecture name")
     p.add_argument("--solve-ffn", type=int, metavar="COUNT",
                    help="print the ffn_dim whose total parameter count is closest to COUNT")
-    _add_set(p)
+    add_set(p)
     p.set_defaults(func=cmd_params)
-
-    p = sub.add_parser("data", help="download or inspect corpora")
-    data_sub = p.add_subparsers(dest="data_command", required=True)
-    d = data_sub.add_parser("download", help="fetch official files with checksums")
-    d.add_argument("name", choices=["enwik8", "wikitext103", "tinystories"])
-    d.add_argument("--dir", default="data")
-    d.set_defaults(func=cmd_data_download)
-    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus")
-    d.add_argument("config", nargs="+")
-    _add_set(d)
-    d.set_defaults(func=cmd_data_info)
 
     p = sub.add_parser("quickstart", help="train, evaluate and sample the default model on the embedded corpus")
     p.add_argument("--out", default="runs/quickstart")
     p.add_argument("--prompt", default="And God said")
     p.add_argument("--sample-bytes", type=int, default=300)
     p.add_argument("--no-progress", action="store_true")
-    _add_set(p)
+    add_set(p)
     p.set_defaults(func=cmd_quickstart)
-
-    p = sub.add_parser("reproduce", help="run a paper's grid of runs (resumable) and write tables and plots")
-    p.add_argument("paper", choices=["clw", "rlt", "drt"])
-    p.add_argument("--scale", choices=["cpu", "full"], default="cpu")
-    p.add_argument("--budget", choices=["small", "medium"], default="small", help="full scale only")
-    p.add_argument("--seeds", type=int, nargs="+")
-    p.add_argument("--corpora", nargs="+")
-    p.add_argument("--rows", nargs="+")
-    p.add_argument("--tasks", nargs="+", help="rlt: parity s5_swaps mod5_flat mod5_bracketed addition s5_standard; "
-                                              "drt: graph logic family graph_hard (default: graph logic family)")
-    p.add_argument("--out", help="results folder (default results/<paper>_<scale>)")
-    p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--status", action="store_true",
-                   help="list the planned runs as done / failed / to do and exit (trains nothing)")
-    p.add_argument("--stop-after", type=float, metavar="MINUTES",
-                   help="start no new run after this many minutes (the run in progress finishes)")
-    _add_set(p)
-    p.set_defaults(func=cmd_reproduce)
-    from .experiments.drt_study import add_reproduce_arguments as add_drt_reproduce_arguments
-
-    add_drt_reproduce_arguments(p)  # --archs, --alphas
-
-    from .bench import register_cli
-    from .rlt_cli import register_cli as register_rlt_cli
-
-    register_cli(sub)
-    register_rlt_cli(sub)  # looped continue, looped lengths
-    from .reasoning_cli import register_cli as register_reasoning_cli
-
-    register_reasoning_cli(sub)  # looped think, looped data show
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .config import ConfigError
-
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except (ConfigError, ValueError, RuntimeError, OSError) as err:
-        if os.environ.get("LOOPED_DEBUG"):
-            raise
-        return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
-    except KeyboardInterrupt:
-        return _fail("interrupted")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

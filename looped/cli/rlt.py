@@ -1,80 +1,23 @@
-"""Seed 003 commands: multi-turn continuation from a saved state (Appendix E) and length-grid evaluation.
+"""`looped continue | lengths` (seed 003): multi-turn continuation from a saved state (Appendix E) and the
+length-grid evaluation.
 
     looped continue RUN --state chat.safetensors --prompt "0110="     # new state: BOS, prompt, generate
     looped continue RUN --state chat.safetensors --prompt "1="        # later: resumes exactly where it stopped
     looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]
 
-A state file holds everything Appendix E lists for reuse at fixed weights: every encoder KV cache, the
-encoder memory, each decoder layer's SWA window, the feedback register, the consumed tokens and position,
-the sampler's random state, the model's configuration and a fingerprint of its weights. A token that was
-sampled but not yet consumed (generation stopped) is kept as `pending` and consumed first next time
-(Appendix F.2). A state saved by another model, another chunk size B or other weights is refused in one line.
-The file is written to a temporary name and renamed, so an interrupted call never leaves half a state.
+The state file (what it holds, how a state from another model is refused) is infer/state.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-STATE_KEY = "looped_rlt_state"
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """sha256 over the weights (name, dtype, shape, bytes): a state is only valid for the weights that built it."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()[:16]
-
-
-def save_state(path: Path, model, state, *, history: torch.Tensor, pending: torch.Tensor,
-               generator: torch.Generator) -> None:
-    """Write the complete continuation state to `path` atomically (safetensors, metadata as JSON)."""
-    from safetensors.torch import save_file
-
-    from .io import atomic_path
-
-    tensors, meta = model.state_to_tensors(state)
-    tensors = {f"state.{k}": v.cpu() for k, v in tensors.items()}
-    tensors.update(history=history.cpu(), pending=pending.cpu(), sampler=generator.get_state())
-    meta.update(weights=weights_fingerprint(model), format=1)
-    with atomic_path(Path(path)) as tmp:
-        save_file(tensors, tmp, metadata={STATE_KEY: json.dumps(meta)})
-
-
-def load_state(path: Path, model):
-    """(state, history, pending, generator) from a file written by save_state; ValueError (one line) when the
-    file is not a state or does not fit `model`."""
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            raw = (f.metadata() or {}).get(STATE_KEY)
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path}: not a readable state file ({str(err).splitlines()[0]})") from None
-    if raw is None:
-        raise ValueError(f"{path}: not a looped state file (no {STATE_KEY} metadata)")
-    meta = json.loads(raw)
-    try:  # architecture, shape, window, chunk size B ... (the model names the first field that differs)
-        state = model.state_from_tensors({k[len("state."):]: v for k, v in tensors.items() if k.startswith("state.")},
-                                         meta)
-    except (ValueError, KeyError) as err:
-        raise ValueError(f"{path}: refusing a state from another model ({str(err).splitlines()[0]})") from None
-    if meta.get("weights") != weights_fingerprint(model):
-        raise ValueError(f"{path}: refusing a state from another model (weights {meta.get('weights')} in the state, "
-                         f"{weights_fingerprint(model)} here)")
-    generator = torch.Generator()
-    generator.set_state(tensors["sampler"])
-    return state, tensors["history"], tensors["pending"], generator
+from ..infer.state import load_state, save_state
+from ..io import atomic_write_text
 
 
 def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new_tokens: int = 32,
@@ -82,8 +25,8 @@ def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new
     """Consume (pending +) prompt tokens, sample up to `max_new_tokens`, save the state; return what happened.
 
     A new state file starts an independent sequence with BOS (H_0 = (s*, empty))."""
-    from .data.tasks.algorithmic import BOS, EOS
-    from .infer.generate import sample_next
+    from ..data.tasks.algorithmic import BOS, EOS
+    from ..infer.generate import sample_next
 
     if not hasattr(model, "state_to_tensors"):
         raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
@@ -120,7 +63,7 @@ def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new
 # --- commands ------------------------------------------------------------------------------------------------
 def _prompt_tokens(text: str) -> list[int]:
     """Prompt text as byte tokens; <BOS>/<EOS>/... name the task specials (e.g. "<EOS>" to end a turn)."""
-    from .data.tasks.algorithmic import SPECIAL_TOKENS
+    from ..data.tasks.algorithmic import SPECIAL_TOKENS
 
     tokens, rest = [], text
     while rest:
@@ -136,10 +79,10 @@ def _prompt_tokens(text: str) -> list[int]:
 
 
 def cmd_continue(args) -> int:
-    from .train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
-    from .train.checkpoint import resolve_checkpoint
-    from .data.tasks.algorithmic import decode_text
-    from .train import load_model
+    from ..train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
+    from ..train.checkpoint import resolve_checkpoint
+    from ..data.tasks.algorithmic import decode_text
+    from ..train import load_model
 
     model, _ = load_model(resolve_checkpoint(args.run, args.which))
     result = continue_conversation(model, Path(args.state), _prompt_tokens(args.prompt or ""),
@@ -151,10 +94,10 @@ def cmd_continue(args) -> int:
 
 
 def cmd_lengths(args) -> int:
-    from .train import sequence  # noqa: F401  (first, see cmd_continue)
-    from .train.checkpoint import resolve_checkpoint
-    from .eval.lengths import evaluate_lengths
-    from .train import load_model
+    from ..train import sequence  # noqa: F401  (first, see cmd_continue)
+    from ..train.checkpoint import resolve_checkpoint
+    from ..eval.lengths import evaluate_lengths
+    from ..train import load_model
 
     model, config = load_model(resolve_checkpoint(args.run, args.which))
     if config.task.kind != "sequence":
@@ -166,12 +109,11 @@ def cmd_lengths(args) -> int:
                        "lengths": records}, indent=2)
     print(text)
     if args.out:
-        from .io import atomic_write_text
         atomic_write_text(Path(args.out), text + "\n")
     return 0
 
 
-def register_cli(sub) -> None:
+def add_commands(sub) -> None:
     """Add `continue` and `lengths` to the `looped` sub-commands."""
     p = sub.add_parser("continue", help="seed 003: continue a saved decode state (prefill, generate, save)")
     p.add_argument("run", help="run folder or checkpoint folder (rlt / rlt0)")
@@ -194,4 +136,4 @@ def register_cli(sub) -> None:
     p.set_defaults(func=cmd_lengths)
 
 
-__all__ = ["continue_conversation", "load_state", "register_cli", "save_state", "weights_fingerprint"]
+__all__ = ["add_commands", "continue_conversation"]

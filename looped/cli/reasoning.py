@@ -1,25 +1,19 @@
-"""`looped think` and `looped data show`: a trained reasoning model on your own instance, and generated examples.
+"""`looped think`: a trained reasoning model's answer on your own instance, at several step budgets.
 
     looped think RUN --input "A>B, B>C, C>D ? A D" --steps 1,2,4,8
     looped think RUN --input "(T&!F)|F"                      # budgets default to the run's test budgets
-    looped data show graph --n 3 --difficulty 6 --hard-negatives
-    looped data show family --n 2
 
 The instance syntax is the task's (`encode`): graph `[nodes=N;] U>V, ... ? SOURCE TARGET`, boolean an
 expression over T F & | ! ( ), family `X is the R of Y . ... query : X is the R of Y`. `think` prints, for every
 step budget, the model's answer and its confidence (the probability of that answer), next to the answer of the
 task's reference solver. Errors are one line (`looped: error: ...`, exit status 2).
 
-Wiring: `register_cli(subparsers)` adds `think`, and `show` under an existing `data` command (or a new one).
-`cli(argv)` runs the same commands standalone with the same error handling.
+(`looped data show` prints generated examples of a task: cli/data.py.)
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from .train import reasoning as reasoning_task  # registers task kind "reasoning" for reading run configs
+from ..train import reasoning as reasoning_task  # registers task kind "reasoning" for reading run configs
 
 # The words a reader expects for label 1 / label 0 of each task.
 ANSWER_WORDS = {"graph": ("reachable", "unreachable"), "boolean": ("T", "F"), "family": ("true", "false")}
@@ -38,8 +32,8 @@ def parse_steps(text: str) -> list[int]:
 
 def load_reasoning_run(run: str, which: str | None = None):
     """(model in eval mode, RunConfig) of a reasoning run or checkpoint folder."""
-    from .train.checkpoint import resolve_checkpoint
-    from .train import load_model
+    from ..train.checkpoint import resolve_checkpoint
+    from ..train import load_model
 
     model, config = load_model(resolve_checkpoint(run, which))
     if getattr(config.task, "kind", "lm") != "reasoning":
@@ -52,7 +46,7 @@ def think(run: str, text: str, steps: list[int] | None = None, which: str | None
     """Answer and confidence of the run's model on one instance at each step budget."""
     import torch
 
-    from .eval.reasoning import logits_by_budget
+    from ..eval.reasoning import logits_by_budget
 
     model, config = load_reasoning_run(run, which)
     task = reasoning_task.data_task(config.task)
@@ -82,43 +76,7 @@ def cmd_think(args) -> int:
     return 0
 
 
-def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_negatives: bool = False,
-                  seed: int = 0) -> list[str]:
-    """`n` rendered examples of data task `name` (of `difficulty`, or of its training mix)."""
-    from .data.tasks import get_task, rng_for
-
-    if n < 1:
-        raise ValueError(f"--n must be >= 1, got {n}")
-    if hard_negatives and name != "graph":
-        raise ValueError("--hard-negatives applies to the graph task only")
-    task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}))
-    rng = rng_for(seed)
-    if difficulty is not None:
-        batch = task.sample(rng, n, difficulty)
-    elif hasattr(task, "sample_mixed"):  # reasoning tasks: their training difficulties, shuffled
-        batch = task.sample_mixed(rng, n, task.train_difficulties)
-    else:  # sequence tasks: one training length for the batch
-        batch = task.sample_train(rng, n)
-    return [task.render(batch, i) for i in range(len(batch))]
-
-
-def cmd_data_show(args) -> int:
-    examples = show_examples(args.task, args.n, args.difficulty, args.hard_negatives, args.seed)
-    for i, text in enumerate(examples):
-        print(f"--- {args.task} example {i + 1}")
-        print(text)
-    return 0
-
-
 # --- parser -----------------------------------------------------------------------------------------------
-
-
-def _subparsers_of(parser: argparse.ArgumentParser):
-    """The sub-command action of a parser that has one (argparse keeps it among its actions)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return None
 
 
 def add_think(subparsers) -> argparse.ArgumentParser:
@@ -133,44 +91,6 @@ def add_think(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def add_data_show(data_subparsers) -> argparse.ArgumentParser:
-    from .data.tasks import task_names
-
-    d = data_subparsers.add_parser("show", help="print generated examples of a synthetic task")
-    d.add_argument("task", choices=task_names())
-    d.add_argument("--n", type=int, default=3, help="how many examples")
-    d.add_argument("--difficulty", type=int, help="hops / depth / length (default: the task's training mix)")
-    d.add_argument("--hard-negatives", action="store_true", help="graph: negatives with no local cue")
-    d.add_argument("--seed", type=int, default=0)
-    d.set_defaults(func=cmd_data_show)
-    return d
-
-
-def register_cli(subparsers, data_subparsers=None) -> None:
-    """Add `think` to `subparsers`, and `show` to the `data` command's sub-commands (created if absent)."""
-    add_think(subparsers)
-    if data_subparsers is None:
-        data = subparsers.choices.get("data")
-        if data is None:
-            data = subparsers.add_parser("data", help="inspect synthetic tasks")
-        data_subparsers = _subparsers_of(data) or data.add_subparsers(dest="data_command", required=True)
-    add_data_show(data_subparsers)
-
-
-def cli(argv: list[str] | None = None) -> int:
-    """Standalone entry with looped's one-line errors: `cli(["think", "runs/x", "--input", "A>B ? A B"])`."""
-    from .config import ConfigError
-
-    parser = argparse.ArgumentParser(prog="looped")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except (ConfigError, ValueError, RuntimeError, OSError) as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"looped: error: {message}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(cli())
+def add_commands(sub) -> None:
+    """Add `think` to the `looped` sub-commands."""
+    add_think(sub)

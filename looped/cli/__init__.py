@@ -1,0 +1,37 @@
+"""`looped` command line: one module per group of verbs, each adding its sub-commands with `add_commands(sub)`.
+
+    run.py        train, eval, generate, plot, params, quickstart
+    data.py       data download | info | show
+    reasoning.py  think (seed 002)
+    rlt.py        continue, lengths (seed 003)
+    reproduce.py  reproduce clw | drt | rlt (one sub-command per study)
+    bench         looped.bench.register_cli: bench train | decode | ddp | rlt | think | clw
+
+`looped` (the console script) is `main`; `python -m looped.cli ...` runs the same (torchrun uses it).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..bench import register_cli as add_bench_commands
+from ..train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
+from ..train.config import QUICKSTART  # noqa: F401  (re-exported: older imports)
+from . import data, reasoning, reproduce, rlt, run
+from .common import run_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="looped", description="Looped and recurrent Transformers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (run, data, reproduce, rlt, reasoning):
+        group.add_commands(sub)
+    add_bench_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser().parse_args(argv))
+
+
+__all__ = ["build_parser", "main"]

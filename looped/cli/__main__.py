@@ -1,0 +1,7 @@
+"""`python -m looped.cli ...` (torchrun --nproc_per_node N -m looped.cli train ...)."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""`looped data download | info | show`: fetch corpora, inspect a config's corpus, print synthetic task examples.
+
+    looped data download enwik8 [--dir data]
+    looped data info CONFIG.yaml
+    looped data show graph --n 3 --difficulty 6 --hard-negatives
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .common import add_set
+
+
+def cmd_data_download(args) -> int:
+    from ..data.download import config_for, download
+
+    paths = download(args.name, Path(args.dir))
+    print(json.dumps({"files": [str(p) for p in paths], "data": config_for(args.name, Path(args.dir))}, indent=2))
+    return 0
+
+
+def cmd_data_info(args) -> int:
+    from ..data import load_streams, to_blocks
+    from ..train import load_run_config
+
+    config = load_run_config(args.config, args.set)
+    streams = load_streams(config.data)
+    info = {"corpus": streams.name, "unit": streams.unit, "describe": streams.describe(),
+            "train_symbols": int(len(streams.train)), "heldout_symbols": int(len(streams.heldout)),
+            "train_blocks": len(to_blocks(streams.train, config.data.block_size, name="train")),
+            "heldout_blocks": len(to_blocks(streams.heldout, config.data.block_size, name="held-out"))}
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_negatives: bool = False,
+                  seed: int = 0) -> list[str]:
+    """`n` rendered examples of data task `name` (of `difficulty`, or of its training mix)."""
+    from ..data.tasks import get_task, rng_for
+
+    if n < 1:
+        raise ValueError(f"--n must be >= 1, got {n}")
+    if hard_negatives and name != "graph":
+        raise ValueError("--hard-negatives applies to the graph task only")
+    task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}))
+    rng = rng_for(seed)
+    if difficulty is not None:
+        batch = task.sample(rng, n, difficulty)
+    elif hasattr(task, "sample_mixed"):  # reasoning tasks: their training difficulties, shuffled
+        batch = task.sample_mixed(rng, n, task.train_difficulties)
+    else:  # sequence tasks: one training length for the batch
+        batch = task.sample_train(rng, n)
+    return [task.render(batch, i) for i in range(len(batch))]
+
+
+def cmd_data_show(args) -> int:
+    examples = show_examples(args.task, args.n, args.difficulty, args.hard_negatives, args.seed)
+    for i, text in enumerate(examples):
+        print(f"--- {args.task} example {i + 1}")
+        print(text)
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------------------------------
+def add_commands(sub) -> None:
+    """Add `data` with its sub-commands download, info and show."""
+    p = sub.add_parser("data", help="download or inspect corpora, show synthetic task examples")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    d = data_sub.add_parser("download", help="fetch official files with checksums")
+    d.add_argument("name", choices=["enwik8", "wikitext103", "tinystories"])
+    d.add_argument("--dir", default="data")
+    d.set_defaults(func=cmd_data_download)
+    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus")
+    d.add_argument("config", nargs="+")
+    add_set(d)
+    d.set_defaults(func=cmd_data_info)
+    add_data_show(data_sub)
+
+
+def add_data_show(data_subparsers) -> argparse.ArgumentParser:
+    from ..data.tasks import task_names
+
+    d = data_subparsers.add_parser("show", help="print generated examples of a synthetic task")
+    d.add_argument("task", choices=task_names())
+    d.add_argument("--n", type=int, default=3, help="how many examples")
+    d.add_argument("--difficulty", type=int, help="hops / depth / length (default: the task's training mix)")
+    d.add_argument("--hard-negatives", action="store_true", help="graph: negatives with no local cue")
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=cmd_data_show)
+    return d
