@@ -1,17 +1,20 @@
 """Architectures from outside the package: $LOOPED_PLUGINS files and modules, and entry points. The worked
-example (examples/input_injection.py) plugs into the shared drivers, `looped params` and `looped train`."""
+examples (examples/input_injection.py, an LM; examples/looped_encoder.py, a reasoning model) plug into their
+family's shared drivers, `looped params` and (the LM) `looped train`, with no test list edited."""
 
 from pathlib import Path
 
 import pytest
 
 import lm_drivers
+import reasoning_drivers
 from helpers import tiny_run_config, write_config, write_text_corpus
 from looped.cli import main
 from looped.config import ConfigError
 from looped.models import arch_names, get_arch, registry
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "input_injection.py"
+REASONING_EXAMPLE = EXAMPLE.with_name("looped_encoder.py")
 
 
 @pytest.fixture
@@ -24,6 +27,13 @@ def example(monkeypatch):
 def test_the_example_passes_every_shared_driver(example, check):
     assert example in arch_names("lm")
     check(example)
+
+
+@pytest.mark.parametrize("check", reasoning_drivers.ALL_CHECKS, ids=lambda c: c.__name__)
+def test_the_reasoning_example_passes_every_shared_driver(monkeypatch, check):
+    monkeypatch.setenv("LOOPED_PLUGINS", str(REASONING_EXAMPLE))
+    assert "looped_encoder" in arch_names("reasoning")
+    check("looped_encoder")
 
 
 def test_the_example_trains_from_the_cli(example, tmp_path, capsys):

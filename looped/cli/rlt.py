@@ -28,7 +28,7 @@ def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new
     from ..data.tasks.algorithmic import BOS, EOS
     from ..infer.generate import sample_next
 
-    if not hasattr(model, "state_to_tensors"):
+    if not model.saves_state:
         raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
     stop_token = EOS if stop_token is None else stop_token
     model.eval()

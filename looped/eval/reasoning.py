@@ -55,14 +55,12 @@ def unwrap(model):
 
 
 def is_step_recurrent(model) -> bool:
-    """Models whose step-t state does not depend on the total budget T (the depth-recurrent core).
+    """Models whose step-t state does not depend on the total budget T (depth_mode "per_step": the core).
 
     For them one pass with return_all=True at the largest budget yields every smaller budget's logits.
     ACT's halting budget changes the whole computation, and fixed-depth models ignore T: those run per budget.
     """
-    from ..models.recurrent_depth import DepthRecurrentCore
-
-    return isinstance(unwrap(model), DepthRecurrentCore)
+    return unwrap(model).depth_mode == "per_step"
 
 
 # ============================================================================ the grid
@@ -128,19 +126,27 @@ class AccuracyGrid:
 
 def is_fixed_depth(model) -> bool:
     """Models that ignore the step budget (fixed-depth Transformer, GNN): one pass serves every budget."""
-    return bool(getattr(unwrap(model), "ignores_steps", False))
+    return unwrap(model).depth_mode == "fixed"
 
 
 def logits_by_budget(model, batch: ReasoningBatch, budgets: Sequence[int]) -> dict[int, torch.Tensor]:
     """Final-step logits (n,) of `batch` at every budget in `budgets`."""
+    return logits_and_trace(model, batch, budgets)[0]
+
+
+def logits_and_trace(model, batch: ReasoningBatch, budgets: Sequence[int]):
+    """({budget: final-step logits (n,)}, the trace of the pass at the largest budget)."""
     budgets = sorted(set(int(b) for b in budgets))
     if is_step_recurrent(model):
-        every_step = model(batch, budgets[-1], return_all=True)  # (max budget, n)
-        return {t: every_step[t - 1] for t in budgets}
+        every_step, trace = model(batch, budgets[-1], return_all=True, return_trace=True)  # (max budget, n)
+        return {t: every_step[t - 1] for t in budgets}, trace
     if is_fixed_depth(model):
-        logits = model(batch, budgets[-1])
-        return {t: logits for t in budgets}
-    return {t: model(batch, t) for t in budgets}
+        logits, trace = model(batch, budgets[-1], return_trace=True)
+        return {t: logits for t in budgets}, trace
+    by_budget = {}
+    for t in budgets:
+        by_budget[t], trace = model(batch, t, return_trace=True)
+    return by_budget, trace
 
 
 @torch.no_grad()
@@ -159,20 +165,20 @@ def evaluate_grid(model, test: ReasoningBatch, budgets: Sequence[int], *, batch_
     correct = np.zeros((len(budgets), len(difficulties)))
     rows = np.zeros(len(difficulties), dtype=np.int64)
     gate_sum, gate_rows, ponder_sum = None, 0, np.zeros(len(difficulties))
-    core = unwrap(model)
     try:
         for chunk in chunks(test, batch_size):
             chunk = chunk.to(device)
             cols = torch.tensor([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols.numpy(), minlength=len(difficulties))
-            for i, (t, logits) in enumerate(logits_by_budget(model, chunk, budgets).items()):
+            by_budget, trace = logits_and_trace(model, chunk, budgets)  # trace: the pass at the largest budget
+            for i, (t, logits) in enumerate(by_budget.items()):
                 hit = row_hits(logits, chunk.labels)
                 correct[i] += np.bincount(cols.numpy(), weights=hit.numpy(), minlength=len(difficulties))
-                if i == len(budgets) - 1 and getattr(core, "last_ponder", None) is not None:
-                    per_row = _ponder_per_row(core.last_ponder)
-                    ponder_sum += np.bincount(cols.numpy(), weights=per_row.numpy(), minlength=len(difficulties))
-            gates = getattr(core, "last_gate_means", None)
-            if gates is not None and is_step_recurrent(model):  # from the pass at the largest budget
+            if trace.ponder is not None:
+                per_row = _ponder_per_row(trace.ponder)
+                ponder_sum += np.bincount(cols.numpy(), weights=per_row.numpy(), minlength=len(difficulties))
+            gates = trace.gate_means
+            if gates is not None and is_step_recurrent(model):
                 weighted = gates.double().cpu() * len(chunk)
                 gate_sum = weighted if gate_sum is None else gate_sum + weighted
                 gate_rows += len(chunk)
@@ -265,10 +271,10 @@ def depth_embedding_variant(model, variant: str, trained_steps: int):
     seed K, like nn.Embedding's own initialisation); "baseline" leaves them as they are."""
     if variant not in DIAGNOSTIC_VARIANTS and not (variant.startswith("reinit") and variant[6:].isdigit()):
         raise ValueError(f"unknown depth-embedding variant {variant!r} (known: {', '.join(DIAGNOSTIC_VARIANTS)})")
-    table = getattr(unwrap(model), "depth_embedding", None)
-    if table is None:
-        raise ValueError(f"{type(unwrap(model)).__name__} has no depth embedding")
-    rows = table.weight.shape[0]
+    if not is_step_recurrent(model):  # the diagnostic resumes a per-step core after its trained steps
+        raise ValueError(f"{type(unwrap(model)).__name__} is not a per-step core (depth_mode "
+                         f"{unwrap(model).depth_mode!r}): no depth-embedding diagnostic")
+    rows = unwrap(model).depth_embedding.weight.shape[0]
     if not 1 <= trained_steps <= rows:
         raise ValueError(f"trained_steps must be in 1..{rows}, got {trained_steps}")
     copy_ = copy.deepcopy(unwrap(model))
@@ -308,22 +314,17 @@ def beyond_range_grids(model, test: ReasoningBatch, budgets: Sequence[int], trai
     column = {d: j for j, d in enumerate(difficulties)}
     correct = {name: np.zeros((len(budgets), len(difficulties))) for name in variants}
     rows = np.zeros(len(difficulties), dtype=np.int64)
-    from ..models.recurrent_depth import attention_mask
-
     try:
         for chunk in chunks(test, batch_size):
             chunk = chunk.to(device)
-            core.check_batch(chunk)
             cols = np.array([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols, minlength=len(difficulties))
-            mask = attention_mask(core.config.task_kind, chunk)
-            shared = core.perception(chunk)
-            for t in range(trained_steps):  # rows 0 .. trained_steps-1: the same in every variant
-                shared, _ = core.step(shared, t, mask)
+            shared, mask = core.encode(chunk)
+            shared = core.run_steps(shared, mask, 0, trained_steps)  # rows 0 .. trained_steps-1: in every variant
             for name, variant in copies.items():
                 h = shared
                 for t in range(trained_steps, budgets[-1]):
-                    h, _ = variant.step(h, t, mask)
+                    h = variant.run_steps(h, mask, t, t + 1)
                     if t + 1 in budgets:
                         hit = row_hits(variant.readout(h, chunk), chunk.labels).numpy()
                         correct[name][budgets.index(t + 1)] += np.bincount(cols, weights=hit,

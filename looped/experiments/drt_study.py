@@ -89,7 +89,7 @@ def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | 
     summary = id_ood(grid, (min(trained), max(trained)))
     lo, hi = rtask.trained_steps_range(config)
     diagnostic = None
-    if hasattr(model, "depth_embedding") and hasattr(model, "step"):
+    if model.depth_mode == "per_step":  # the diagnostic resumes the core after its trained steps
         diagnostic = depth_embedding_diagnostic(model, per_bucket_subset(test, diagnostic_per_bucket),
                                                 grid.budgets, hi, batch_size=batch_size)
         diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))
@@ -324,7 +324,7 @@ def _fixed_depth_label(arch: str, task: str) -> str | None:
     from ..models import get_arch
 
     spec = get_arch(arch)
-    if not spec.model_cls.ignores_steps:
+    if spec.model_cls.depth_mode != "fixed":
         return None
     return f"{drt.model_section(task, arch)['layers']} layers"
 

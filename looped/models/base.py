@@ -48,6 +48,7 @@ class CausalLM(nn.Module):
 
     arch_name: str = ""
     config: Any
+    saves_state: bool = False  # True where state_to_tensors / state_from_tensors are implemented
 
     # --- protocol (subclasses implement) ---------------------------------------------------------
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
@@ -58,6 +59,20 @@ class CausalLM(nn.Module):
 
     def decode(self, tokens: torch.Tensor, state: DecodeState) -> torch.Tensor:
         raise NotImplementedError
+
+    # --- optional capabilities: declared, with one-line errors where a model lacks them -----------------------
+    def forward_early_exit(self, tokens: torch.Tensor, threshold: float, *,
+                           rounds: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, rounds used per position) under the early-exit rule (looped rows of seed 000)."""
+        raise ValueError(f"{self.arch_name or type(self).__name__} has no early exit (looped rows of seed 000 do)")
+
+    def state_to_tensors(self, state: DecodeState) -> tuple[dict[str, torch.Tensor], dict]:
+        """(tensors, JSON-able metadata) of a decode state, to save it (`looped continue`)."""
+        raise ValueError(f"{self.arch_name or type(self).__name__} cannot save its decode state (rlt and rlt0 can)")
+
+    def state_from_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> DecodeState:
+        """The decode state state_to_tensors saved; ValueError naming the first field that does not fit."""
+        raise ValueError(f"{self.arch_name or type(self).__name__} cannot restore a decode state (rlt and rlt0 can)")
 
     @property
     def default_rounds(self) -> int | None:

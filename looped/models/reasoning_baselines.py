@@ -1,4 +1,4 @@
-"""Baselines of seed 002 Table 3, with the core's protocol: logits = model(batch, steps, return_all=False).
+"""Baselines of seed 002 Table 3, with the protocol of reasoning.py: logits = model(batch, steps, return_all=False).
 
   fixed_transformer  `layers` untied encoder layers (graph: adjacency-masked, so layer k sees k hops);
                      `steps` is ignored, return_all gives the single (1, n) final row.
@@ -27,8 +27,8 @@ from torch import nn
 
 from ..data.tasks.base import ReasoningBatch
 from ..nn import LayerNorm
-from .recurrent_depth import (EncoderBlock, Perception, Readout, ReasoningConfig, ReasoningModel, attention_mask,
-                              masked_mean, reasoning_loss)
+from .reasoning import (EncoderBlock, PonderStats, Perception, Readout, ReasoningConfig, ReasoningModel,
+                        ReasoningTrace, attention_mask, masked_mean, reasoning_loss)
 from .registry import register
 
 # ============================================================================ fixed-depth Transformer
@@ -56,7 +56,7 @@ class FixedTransformerConfig(ReasoningConfig):
 class FixedDepthTransformer(ReasoningModel):
     """Perception -> `layers` untied encoder layers -> readout; depth is fixed by construction."""
 
-    ignores_steps = True
+    depth_mode = "fixed"  # `steps` changes nothing: one pass serves every budget
 
     def __init__(self, config: FixedTransformerConfig):
         super().__init__()
@@ -67,14 +67,15 @@ class FixedDepthTransformer(ReasoningModel):
                                     for _ in range(config.layers))
         self.readout = Readout(config)
 
-    def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False) -> torch.Tensor:
+    def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
+                return_trace: bool = False):
         self.check_batch(batch)
         h = self.perception(batch)  # (n, L, d)
         mask = attention_mask(self.config.task_kind, batch)
         for block in self.blocks:
             h = block(h, mask)
         logits = self.readout(h, batch)  # (n,)
-        return logits[None] if return_all else logits
+        return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
 
 
 # ============================================================================ GNN
@@ -130,7 +131,7 @@ class MeanAggregationLayer(nn.Module):
 class FixedDepthGNN(ReasoningModel):
     """Perception -> `layers` mean-aggregation layers (one hop each) -> pairwise readout."""
 
-    ignores_steps = True
+    depth_mode = "fixed"  # `steps` changes nothing: one pass serves every budget
 
     def __init__(self, config: GNNConfig):
         super().__init__()
@@ -140,13 +141,14 @@ class FixedDepthGNN(ReasoningModel):
         self.layers = nn.ModuleList(MeanAggregationLayer(config) for _ in range(config.layers))
         self.readout = Readout(config)
 
-    def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False) -> torch.Tensor:
+    def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
+                return_trace: bool = False):
         self.check_batch(batch)
         h = self.perception(batch)  # (n, L, d)
         for layer in self.layers:
             h = layer(h, batch.extras["adjacency"])
         logits = self.readout(h, batch)
-        return logits[None] if return_all else logits
+        return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
 
 
 # ============================================================================ Universal Transformer + ACT
@@ -165,6 +167,9 @@ class UniversalTransformerConfig(ReasoningConfig):
     per_task: ClassVar[dict[str, dict[str, Any]]] = {"graph": dict(max_steps=20), "boolean": dict(max_steps=28),
                                                      "family": dict(max_steps=20)}
 
+    def trained_steps(self) -> tuple[int, int]:
+        return self.max_steps, self.max_steps  # the halting budget; the model decides how much of it to use
+
     def validate(self) -> None:
         super().validate()
         self.check_heads(self.heads)
@@ -174,19 +179,6 @@ class UniversalTransformerConfig(ReasoningConfig):
             raise ValueError(f"model.halting_threshold must be in (0, 1], got {self.halting_threshold}")
         if self.ponder_cost < 0:
             raise ValueError(f"model.ponder_cost must be >= 0, got {self.ponder_cost}")
-
-
-@dataclass
-class PonderStats:
-    """Per-position ACT record of the last forward call, each (n, L)."""
-
-    steps: torch.Tensor  # N: block applications the position's output used
-    remainders: torch.Tensor  # R = 1 - (halting mass before the halting step)
-    weight_sum: torch.Tensor  # sum of the output weights (1 for every position: remainder trick)
-    real: torch.Tensor  # bool, non-PAD positions
-
-    def mean_steps(self) -> float:
-        return float(masked_mean(self.steps, self.real))
 
 
 @register("ut_act", UniversalTransformerConfig, family="reasoning",
@@ -203,6 +195,8 @@ class UniversalTransformerACT(ReasoningModel):
     The ponder cost tau * mean(N + R) is added by `loss`; only R carries a gradient (towards halting sooner).
     """
 
+    depth_mode = "halting"  # the budget changes the whole computation: one pass per budget
+
     def __init__(self, config: UniversalTransformerConfig):
         super().__init__()
         config.validate()
@@ -213,10 +207,9 @@ class UniversalTransformerACT(ReasoningModel):
         self.halting = nn.Linear(config.dim, 1)
         nn.init.constant_(self.halting.bias, config.halting_bias_init)
         self.readout = Readout(config)
-        self.last_ponder: PonderStats | None = None
-        self.last_ponder_cost: torch.Tensor | None = None  # scalar mean(N + R) over real positions, with grad
 
-    def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False) -> torch.Tensor:
+    def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
+                return_trace: bool = False):
         budget = self.config.max_steps if steps is None else int(steps)
         if not 1 <= budget <= self.config.max_steps:
             raise ValueError(f"steps (halting budget) must be in [1, model.max_steps={self.config.max_steps}], "
@@ -225,10 +218,9 @@ class UniversalTransformerACT(ReasoningModel):
         h = self.perception(batch)  # (n, L, d)
         mask = attention_mask(self.config.task_kind, batch)
         output, stats = self.ponder(h, mask, budget, real=~batch.padding)
-        self.last_ponder = stats
-        self.last_ponder_cost = masked_mean(stats.steps + stats.remainders, stats.real)
+        trace = ReasoningTrace(ponder=stats, ponder_cost=masked_mean(stats.steps + stats.remainders, stats.real))
         logits = self.readout(output, batch)
-        return logits[None] if return_all else logits
+        return self.output(logits[None] if return_all else logits, trace, return_trace)
 
     def ponder(self, h: torch.Tensor, mask: torch.Tensor, budget: int,
                real: torch.Tensor) -> tuple[torch.Tensor, PonderStats]:
@@ -257,8 +249,9 @@ class UniversalTransformerACT(ReasoningModel):
                 break
         return output, PonderStats(steps_taken, remainders, weight_sum, real)
 
-    def loss(self, logits: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0) -> torch.Tensor:
-        """BCE + tau * mean(N + R) of the last forward call."""
-        if self.last_ponder_cost is None:
-            raise RuntimeError("ut_act.loss needs the ponder cost of a forward call first")
-        return reasoning_loss(logits, labels, alpha) + self.config.ponder_cost * self.last_ponder_cost
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0,
+             trace: ReasoningTrace | None = None) -> torch.Tensor:
+        """BCE + tau * mean(N + R) of the forward call that gave `logits` (its trace)."""
+        if trace is None or trace.ponder_cost is None:
+            raise ValueError("ut_act.loss needs the trace of its forward call: model(batch, steps, return_trace=True)")
+        return reasoning_loss(logits, labels, alpha) + self.config.ponder_cost * trace.ponder_cost

@@ -421,6 +421,7 @@ class RLT(CausalLM):
         if state.feedback is not None:
             state.feedback = state.feedback.detach()
 
+    saves_state = True
     STATE_FIELDS = ("arch", "vocab_size", "dim", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "window",
                     "feedback", "feedback_interval", "merge_scale", "memory_groups", "tie_encoder_decoder",
                     "rope_base", "norm_eps")

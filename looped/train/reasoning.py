@@ -99,17 +99,11 @@ def data_task(tc: ReasoningTaskConfig):
 
 
 def trained_steps_range(config) -> tuple[int, int]:
-    """Training T range of a RunConfig: task.steps_range, else the model's steps_range (the core), else
-    (max_steps, max_steps) for ACT (its halting budget; the model decides how much of it to use), else (1, 1)
-    for fixed-depth models, which ignore T."""
+    """Training T range of a RunConfig: task.steps_range, else what the model config declares
+    (`trained_steps()`: the core's steps_range, ACT's (max_steps, max_steps), (1, 1) for fixed depth)."""
     if config.task.steps_range:
         return tuple(config.task.steps_range)
-    model = config.model
-    if getattr(model, "steps_range", None):
-        return tuple(model.steps_range)
-    if getattr(model, "max_steps", None):
-        return model.max_steps, model.max_steps
-    return 1, 1
+    return tuple(config.model.trained_steps())
 
 
 def trained_difficulties(tc: ReasoningTaskConfig) -> list[int]:
@@ -191,6 +185,13 @@ def check_model_fits(config, task) -> None:
                          f"{config.task.name!r} ({task.vocab_size} tokens, {task.max_length} positions)")
 
 
+def samples_steps(config) -> bool:
+    """Whether the run's model draws T from a range itself (a per-step core, model.steps_range)."""
+    from ..models import get_arch
+
+    return get_arch(config.model.arch).model_cls.depth_mode == "per_step"
+
+
 class ReasoningTrainTask:
     """Binary classification of one instance per row with a per-batch depth T (see the module docstring)."""
 
@@ -202,9 +203,9 @@ class ReasoningTrainTask:
         self.task, self.train_rows, self.val_rows = training_data(tc)
         check_model_fits(config, self.task)
         self.steps_range = trained_steps_range(config)
-        model_range = getattr(config.model, "steps_range", None)
-        if tc.steps_range and model_range and list(model_range) != list(tc.steps_range):
-            log(f"task.steps_range {list(tc.steps_range)} overrides model.steps_range {list(model_range)}")
+        model_range = list(config.model.trained_steps())
+        if tc.steps_range and model_range != list(tc.steps_range) and samples_steps(config):
+            log(f"task.steps_range {list(tc.steps_range)} overrides model.steps_range {model_range}")
         self.val_steps = tc.val_steps or self.steps_range[1]
         self.alpha = tc.alpha
         self.seed = config.train.seed
@@ -256,8 +257,8 @@ class ReasoningTrainTask:
     # --- objective ---------------------------------------------------------------------------------------
     def loss(self, model, batch: StepBatch) -> torch.Tensor:
         """The model's own loss (BCE, alpha mix; ACT adds its ponder cost) at this update's depth T."""
-        logits = model(batch.rows, batch.steps, return_all=self.alpha > 0)
-        return unwrap(model).loss(logits, batch.rows.labels, self.alpha)
+        logits, trace = model(batch.rows, batch.steps, return_all=self.alpha > 0, return_trace=True)
+        return unwrap(model).loss(logits, batch.rows.labels, self.alpha, trace)
 
     def evaluate(self, model, *, batch_size: int, max_batches: int, device, autocast_dtype=None) -> dict:
         with torch.autocast(torch.device(device).type, dtype=autocast_dtype or torch.bfloat16,
