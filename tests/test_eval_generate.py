@@ -99,3 +99,23 @@ def test_eval_with_early_exit_reports_rounds_and_is_batch_independent():
     assert a["nll"] == pytest.approx(b["nll"], rel=1e-6) and a["mean_rounds_used"] == b["mean_rounds_used"]
     full = evaluate_lm(loop, blocks, exit_threshold=0.0, rounds=4)
     assert full["mean_rounds_used"] == 4 and full["nll"] == pytest.approx(evaluate_lm(loop, blocks, rounds=4)["nll"])
+
+
+def test_the_decoding_loop_stops_rows_pads_them_and_consumes_all_but_the_last_token(model):
+    from looped.infer import SamplingPolicy, decode_loop
+
+    prompt = torch.randint(0, 256, (3, 4))
+    greedy = generate(model, prompt, 6, temperature=0)[:, 4:]  # (3, 6) the reference continuation
+    stop = int(greedy[0, 1])  # row 0 stops at its second token; rows that never sample it run to the end
+    state = model.init_state(3)
+    logits = model.decode(prompt, state)[:, -1]
+    out = decode_loop(model, state, logits, 6, SamplingPolicy(temperature=0), stop_token=stop, pad_token=0,
+                      record_log_probs=False)
+    for row in range(3):
+        hits = (greedy[row] == stop).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else 6  # tokens up to and including the stop token are actions
+        assert torch.equal(out.tokens[row, :end], greedy[row, :end]) and bool(out.actions[row, :end].all())
+        assert bool((out.tokens[row, end:] == 0).all()) and not bool(out.actions[row, end:].any())
+    assert out.consumed == out.tokens.shape[1] - 1 == state.position - 4  # the last sampled token is not fed back
+    with pytest.raises(ValueError, match="behaviour log-probabilities"):
+        SamplingPolicy(temperature=0).log_probs(logits, logits.argmax(-1))
