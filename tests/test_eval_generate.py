@@ -124,3 +124,23 @@ def test_compressor_rates_separate_redundant_from_random_bytes():
     assert max(redundant.values()) < 0.5 and min(noise.values()) > 7.9  # random bytes do not compress
     with pytest.raises(ValueError, match="empty"):
         compressor_bits_per_byte(b"")
+
+
+def test_the_decoding_loop_stops_rows_pads_them_and_consumes_all_but_the_last_token(model):
+    from looped.infer import SamplingPolicy, decode_loop
+
+    prompt = torch.randint(0, 256, (3, 4))
+    greedy = generate(model, prompt, 6, temperature=0)[:, 4:]  # (3, 6) the reference continuation
+    stop = int(greedy[0, 1])  # row 0 stops at its second token; rows that never sample it run to the end
+    state = model.init_state(3)
+    logits = model.decode(prompt, state)[:, -1]
+    out = decode_loop(model, state, logits, 6, SamplingPolicy(temperature=0), stop_token=stop, pad_token=0,
+                      record_log_probs=False)
+    for row in range(3):
+        hits = (greedy[row] == stop).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else 6  # tokens up to and including the stop token are actions
+        assert torch.equal(out.tokens[row, :end], greedy[row, :end]) and bool(out.actions[row, :end].all())
+        assert bool((out.tokens[row, end:] == 0).all()) and not bool(out.actions[row, end:].any())
+    assert out.consumed == out.tokens.shape[1] - 1 == state.position - 4  # the last sampled token is not fed back
+    with pytest.raises(ValueError, match="behaviour log-probabilities"):
+        SamplingPolicy(temperature=0).log_probs(logits, logits.argmax(-1))

@@ -40,6 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ..infer.decode import SamplingPolicy, decode_loop
 from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, time_once, torch_threads, write_json
 
@@ -170,10 +171,7 @@ def think_longer(model, prompt_state, last_logits: torch.Tensor, steps: int):
 
     state = TransformerState(batch=prompt_state.batch, position=prompt_state.position,
                              caches=[cache.fork() for cache in prompt_state.caches])
-    logits = last_logits
-    for _ in range(steps):
-        token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        logits = model.decode(token, state)[:, -1]
+    decode_loop(model, state, last_logits, steps, SamplingPolicy(temperature=0), consume_last=True)  # greedy
     return state
 
 

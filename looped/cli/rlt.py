@@ -14,50 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
-from ..infer.state import load_state, save_state
+from ..infer.state import continue_conversation
 from ..io import atomic_write_text
-
-
-def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new_tokens: int = 32,
-                          temperature: float = 1.0, seed: int = 0, stop_token: int | None = None) -> dict:
-    """Consume (pending +) prompt tokens, sample up to `max_new_tokens`, save the state; return what happened.
-
-    A new state file starts an independent sequence with BOS (H_0 = (s*, empty))."""
-    from ..data.tasks.algorithmic import BOS, EOS
-    from ..infer.generate import sample_next
-
-    if not model.saves_state:
-        raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
-    stop_token = EOS if stop_token is None else stop_token
-    model.eval()
-    state_path = Path(state_path)
-    if state_path.exists():
-        state, history, pending, generator = load_state(state_path, model)
-        feed = pending[0].tolist() + list(prompt)
-    else:
-        state, history, generator = model.init_state(1), torch.zeros(1, 0, dtype=torch.long), torch.Generator()
-        generator.manual_seed(seed)
-        feed = [BOS, *prompt]
-    if not feed:
-        raise ValueError("nothing to consume: give --prompt (the previous turn left no pending token)")
-    generated: list[int] = []
-    with torch.no_grad():
-        tokens = torch.tensor([feed], dtype=torch.long)
-        logits = model.decode(tokens, state)[:, -1]
-        history = torch.cat((history, tokens), dim=1)
-        for i in range(max_new_tokens):
-            token = int(sample_next(logits, temperature=temperature, generator=generator)[0])
-            generated.append(token)
-            if token == stop_token or i + 1 == max_new_tokens:
-                break  # the last sampled token stays pending: the state covers consumed tokens only (F.2)
-            step = torch.tensor([[token]])
-            logits = model.decode(step, state)[:, -1]
-            history = torch.cat((history, step), dim=1)
-    pending = torch.tensor([generated[-1:]], dtype=torch.long).view(1, -1)
-    save_state(state_path, model, state, history=history, pending=pending, generator=generator)
-    return {"generated": generated, "position": state.position, "pending": pending[0].tolist()}
 
 
 # --- commands ------------------------------------------------------------------------------------------------
@@ -136,4 +94,4 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_lengths)
 
 
-__all__ = ["add_commands", "continue_conversation"]
+__all__ = ["add_commands"]

@@ -19,8 +19,8 @@ from ..eval import evaluate_lm
 from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
 from . import clw
-from .results import (ResultTable, add_study_options, format_mean_sd, mean_sd, pending_runs, status_report,
-                      train_or_record_failure)
+from . import results as runner
+from .results import ResultTable, add_study_options, format_mean_sd, mean_sd, pending_runs, status_report
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
@@ -54,43 +54,67 @@ def plan_runs(*, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS)) -> 
     return [{"corpus": c, "seed": s, "row": r} for c in corpora for s in seeds for r in rows]
 
 
+class ClwStudy:
+    """Seed 000's study for the runner (results.run_study): every row x corpus x seed, held-out scores by
+    position, test-time rounds and the early-exit sweep of the looped rows."""
+
+    def __init__(self, out: Path, runs: Path, *, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS),
+                 overrides: dict | None = None, scale: str = "cpu", budget: str = "small"):
+        self.out, self.runs, self.scale, self.budget, self.overrides = Path(out), Path(runs), scale, budget, overrides
+        self.selection = dict(seeds=seeds, corpora=corpora, rows=rows)
+        self.results = results_table(self.out)
+        self.by_rounds = ResultTable(self.out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
+        self.exits = ResultTable(self.out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
+        self.positions = positions_table(self.out)
+
+    def plan(self, log) -> list[dict]:
+        return plan_runs(**self.selection)
+
+    def config(self, key: dict) -> RunConfig:
+        return run_config(key["row"], key["corpus"], key["seed"], self.overrides, scale=self.scale,
+                          budget=self.budget)
+
+    def folder(self, key: dict) -> Path:
+        return run_folder(self.runs, key)
+
+    def label(self, key: dict) -> str:
+        return f"clw cpu: {key['corpus']} / {key['row']} / seed {key['seed']}"
+
+    def failure_key(self, key: dict, config: RunConfig) -> dict:
+        return {**key, "arch": config.model.arch}
+
+    def prepare(self, plan: list[dict], log) -> None:
+        backfill_positions(plan, self.results, self.positions, self.runs, log)
+
+    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float) -> None:
+        corpus, seed, row = key["corpus"], key["seed"], key["row"]
+        model, blocks, unit = heldout_model(folder, corpus)
+        score = evaluate_lm(model, blocks, batch_size=16, unit=unit, by_position=True)
+        record_positions(self.positions, key, score["by_position"])
+        counts = model.parameter_counts()
+        self.results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
+                          "parameters": counts["total"], "targets": _targets(folder),
+                          "nll": f"{score['nll']:.6f}", "ppl": f"{score['ppl']:.6f}",
+                          "bits_per_byte": f"{score['bits_per_byte']:.6f}", "heldout_targets": score["targets"],
+                          "train_seconds": f"{seconds:.1f}", "updates": _updates(folder), "status": "ok"})
+        if row in clw.LOOPED_ROWS:
+            for rounds in TEST_ROUNDS:
+                r = evaluate_lm(model, blocks, batch_size=16, unit=unit, rounds=rounds)
+                self.by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
+                                    "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
+            early_exit_sweep(model, blocks, unit, key, self.exits)
+
+    def report(self) -> None:
+        write_report(self.out, self.results, self.by_rounds, self.exits, self.positions)
+
+
 def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_cpu"), *, seeds=clw.SEEDS,
               corpora=clw.CORPORA, rows=tuple(clw.ROWS), overrides: dict | None = None, progress: bool = True,
               scale: str = "cpu", budget: str = "small", stop_after: float | None = None,
               log=print) -> ResultTable:
-    results = results_table(out)
-    by_rounds = ResultTable(out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
-    exits = ResultTable(out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
-    positions = positions_table(out)
-    plan = plan_runs(seeds=seeds, corpora=corpora, rows=rows)
-    backfill_positions(plan, results, positions, runs, log)
-    for key in pending_runs(plan, results, stop_after=stop_after, log=log):
-        corpus, seed, row = key["corpus"], key["seed"], key["row"]
-        log(f"== clw cpu: {corpus} / {row} / seed {seed}")
-        config = run_config(row, corpus, seed, overrides, scale=scale, budget=budget)
-        folder = run_folder(runs, key)
-        seconds = train_or_record_failure(results, {**key, "arch": config.model.arch}, config, folder, progress,
-                                          log)
-        if seconds is None:
-            continue
-        model, blocks, unit = heldout_model(folder, corpus)
-        score = evaluate_lm(model, blocks, batch_size=16, unit=unit, by_position=True)
-        record_positions(positions, key, score["by_position"])
-        counts = model.parameter_counts()
-        results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
-                     "parameters": counts["total"], "targets": _targets(folder),
-                     "nll": f"{score['nll']:.6f}", "ppl": f"{score['ppl']:.6f}",
-                     "bits_per_byte": f"{score['bits_per_byte']:.6f}", "heldout_targets": score["targets"],
-                     "train_seconds": f"{seconds:.1f}", "updates": _updates(folder), "status": "ok"})
-        if row in clw.LOOPED_ROWS:
-            for rounds in TEST_ROUNDS:
-                r = evaluate_lm(model, blocks, batch_size=16, unit=unit, rounds=rounds)
-                by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
-                               "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
-            early_exit_sweep(model, blocks, unit, key, exits)
-        write_report(out, results, by_rounds, exits, positions)
-    write_report(out, results, by_rounds, exits, positions)
-    return results
+    study = ClwStudy(out, runs, seeds=seeds, corpora=corpora, rows=rows, overrides=overrides, scale=scale,
+                     budget=budget)
+    return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
 
 
 def heldout_model(folder: Path, corpus: str):

@@ -31,8 +31,8 @@ from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate
 from ..train import RunConfig, load_model
 from ..train import reasoning as rtask
 from . import drt
-from .results import (ResultTable, add_study_options, format_mean_sd, pending_runs, status_report,
-                      train_or_record_failure)
+from . import results as runner
+from .results import ResultTable, add_study_options, format_mean_sd, status_report
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -162,55 +162,86 @@ def plan_runs(*, scale: str = "cpu", tasks=drt.PAPER_TASKS, archs=("drt",), seed
     return plan
 
 
-def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
-              tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
-              diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256, progress: bool = True,
-              stop_after: float | None = None, log=print) -> ResultTable:
-    """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv."""
-    out, runs = Path(out), Path(runs)
-    results = ResultTable(out / "results.csv", COLUMNS, KEY)
-    gates = ResultTable(out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
-    diagnostics = ResultTable(out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
-    tests = TestSets()
-    backfill_cross(results, out, runs, tests, eval_batch_size, log)
-    plan = plan_runs(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides,
-                     log=log)
-    for key, config in pending_runs(plan, results, stop_after=stop_after, log=log):
-        task, arch, alpha, seed = key["task"], key["arch"], float(key["alpha"]), key["seed"]
-        name = run_name(task, arch, alpha, seed)
-        log(f"== drt {scale}: {name}")
-        folder = runs / name
-        seconds = train_or_record_failure(results, key, config, folder, progress, log)
-        if seconds is None:
-            continue
-        r = evaluate_run(folder, tests, diagnostic_per_bucket=diagnostic_per_bucket,
-                         batch_size=eval_batch_size)
-        r["grid"].write_csv(out / "grids" / f"{name}.csv")
-        cross = score_other_generator(r["model"], r["config"], tests, eval_batch_size,
-                                      out / "grids" / f"{name}_cross.csv")
+class DrtStudy:
+    """Seed 002's study for the runner (results.run_study): every (task, arch, alpha, seed), each scored on
+    its test grid, by the other negative generator (graph), and by the depth-embedding diagnostic (the core)."""
+
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", tasks=drt.PAPER_TASKS, archs=("drt",),
+                 seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
+                 diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256):
+        self.out, self.runs, self.scale = Path(out), Path(runs), scale
+        self.selection = dict(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides)
+        self.per_bucket, self.batch_size = diagnostic_per_bucket, eval_batch_size
+        self.results = ResultTable(self.out / "results.csv", COLUMNS, KEY)
+        self.gates = ResultTable(self.out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
+        self.diagnostics = ResultTable(self.out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
+        self.tests = TestSets()
+        self.configs: dict[str, RunConfig] = {}
+
+    def plan(self, log) -> list[dict]:
+        plan = plan_runs(**self.selection, log=log)
+        self.configs = {self.folder(key).name: config for key, config in plan}
+        return [key for key, _ in plan]
+
+    def config(self, key: dict) -> RunConfig:
+        return self.configs[self.folder(key).name]
+
+    def folder(self, key: dict) -> Path:
+        return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
+
+    def label(self, key: dict) -> str:
+        return f"drt {self.scale}: {self.folder(key).name}"
+
+    def failure_key(self, key: dict, config: RunConfig) -> dict:
+        return key
+
+    def prepare(self, plan: list[dict], log) -> None:
+        backfill_cross(self.results, self.out, self.runs, self.tests, self.batch_size, log)
+
+    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float) -> None:
+        name = folder.name
+        r = evaluate_run(folder, self.tests, diagnostic_per_bucket=self.per_bucket, batch_size=self.batch_size)
+        r["grid"].write_csv(self.out / "grids" / f"{name}.csv")
+        cross = score_other_generator(r["model"], r["config"], self.tests, self.batch_size,
+                                      self.out / "grids" / f"{name}_cross.csv")
         for step, value in enumerate(r["grid"].gate_means or [], start=1):
-            gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
+            self.gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
         if r["diagnostic"] and r["diagnostic"]["variants"]:
             for variant, entry in r["diagnostic"]["variants"].items():
-                diagnostics.add({**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
-                                 "change": f"{entry['change']:.6f}",
-                                 "budgets": " ".join(map(str, r["diagnostic"]["budgets"])),
-                                 "rows": r["diagnostic"]["rows"]})
-        summary = r["summary"]
-        results.add({**key, "parameters": r["model"].parameter_counts()["total"],
-                     "updates": r["updates"], "train_seconds": f"{seconds:.1f}",
-                     "trained_difficulties": "{}-{}".format(*r["trained_difficulties"]),
-                     "trained_steps": "{}-{}".format(*r["trained_steps"]),
-                     "id_accuracy": _fmt(summary["id"]), "ood_accuracy": _fmt(summary["ood"]),
-                     "step1_12hop": _fmt(r["step1"]),
-                     "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
-                                                    for d, a in summary["best"].items()),
-                     "val_accuracy": _fmt(r["val_accuracy"]),
-                     "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
-                     "mean_ponder_ood": _fmt(r["ponder_ood"], 3), **cross, "status": "ok"})
-        write_report(out, results, gates, scale)
-    write_report(out, results, gates, scale)
-    return results
+                self.diagnostics.add({**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
+                                      "change": f"{entry['change']:.6f}",
+                                      "budgets": " ".join(map(str, r["diagnostic"]["budgets"])),
+                                      "rows": r["diagnostic"]["rows"]})
+        self.results.add(result_row(key, r, seconds, cross))
+
+    def report(self) -> None:
+        write_report(self.out, self.results, self.gates, self.scale)
+
+
+def result_row(key: dict, r: dict, seconds: float, cross: dict) -> dict:
+    """The results.csv row of one evaluated run (`r`: evaluate_run's record)."""
+    summary = r["summary"]
+    return {**key, "parameters": r["model"].parameter_counts()["total"],
+            "updates": r["updates"], "train_seconds": f"{seconds:.1f}",
+            "trained_difficulties": "{}-{}".format(*r["trained_difficulties"]),
+            "trained_steps": "{}-{}".format(*r["trained_steps"]),
+            "id_accuracy": _fmt(summary["id"]), "ood_accuracy": _fmt(summary["ood"]),
+            "step1_12hop": _fmt(r["step1"]),
+            "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
+                                           for d, a in summary["best"].items()),
+            "val_accuracy": _fmt(r["val_accuracy"]),
+            "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
+            "mean_ponder_ood": _fmt(r["ponder_ood"], 3), **cross, "status": "ok"}
+
+
+def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
+              tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
+              diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256,
+              progress: bool = True, stop_after: float | None = None, log=print) -> ResultTable:
+    """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv."""
+    study = DrtStudy(out, runs, scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas,
+                     overrides=overrides, diagnostic_per_bucket=diagnostic_per_bucket, eval_batch_size=eval_batch_size)
+    return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
 
 
 # --- report -----------------------------------------------------------------------------------------------

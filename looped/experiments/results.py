@@ -1,4 +1,10 @@
-"""What the study runners share: train-or-resume one run, and an append-only CSV keyed by run.
+"""The study runner and what it stands on: an append-only CSV keyed by run, claiming, failure records.
+
+A paper's study is one file that implements `Study` (its plan, each run's evaluation, its report); `run_study`
+owns everything else: which runs are left, claiming each one, training or resuming it, recording a failure as a
+row, and rewriting the report after every run.
+
+    results = run_study(MyStudy(out, runs, ...), progress=True, stop_after=120)
 
 Several `looped reproduce` processes may work on one study at once (two GPUs, two terminals): each run is
 claimed with an exclusive lock before it starts, so no two processes train the same run, and every CSV
@@ -14,6 +20,7 @@ import re
 import statistics
 import time
 from pathlib import Path
+from typing import Protocol
 
 try:
     import fcntl
@@ -180,4 +187,51 @@ def add_study_options(parser, paper: str) -> None:
                         help="start no new run after this many minutes (the run in progress finishes)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
+
+
+# --- the runner -----------------------------------------------------------------------------------------------
+class Study(Protocol):
+    """One paper's grid of runs. `results` is the table whose rows mark runs done (or failed)."""
+
+    results: ResultTable
+
+    def plan(self, log) -> list[dict]:
+        """The key of every run, in the order they are trained."""
+
+    def config(self, key: dict):
+        """The RunConfig of the run of `key`."""
+
+    def folder(self, key: dict) -> Path:
+        """Where the run of `key` trains (and resumes)."""
+
+    def label(self, key: dict) -> str:
+        """How the log names a run."""
+
+    def failure_key(self, key: dict, config) -> dict:
+        """The columns a `failed: ...` row of this run carries besides its status."""
+
+    def prepare(self, plan: list[dict], log) -> None:
+        """Work owed by runs finished earlier (scores added to the study after they ran); may do nothing."""
+
+    def evaluate(self, key: dict, config, folder: Path, seconds: float) -> None:
+        """Score a finished run and add its rows (results last: a row there marks the run done)."""
+
+    def report(self) -> None:
+        """Rewrite tables and plots from the CSVs (rows of other processes included)."""
+
+
+def run_study(study: Study, *, progress: bool = True, stop_after: float | None = None, log=print) -> ResultTable:
+    """Train, evaluate and report every planned run of `study` not yet in its results (see the module docstring)."""
+    plan = study.plan(log)
+    study.prepare(plan, log)
+    for key in pending_runs(plan, study.results, stop_after=stop_after, log=log):
+        log(f"== {study.label(key)}")
+        config, folder = study.config(key), study.folder(key)
+        seconds = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress,
+                                          log)
+        if seconds is not None:
+            study.evaluate(key, config, folder, seconds)
+            study.report()
+    study.report()
+    return study.results
 

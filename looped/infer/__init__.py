@@ -1,5 +1,6 @@
-"""Inference: sampling on the incremental state."""
+"""Inference: one decoding loop with its sampling policy (decode.py), text generation, the saved decode state."""
 
+from .decode import Decoded, SamplingPolicy, decode_loop
 from .generate import decode_text, encode_text, generate, sample_next
 
-__all__ = ["decode_text", "encode_text", "generate", "sample_next"]
+__all__ = ["Decoded", "SamplingPolicy", "decode_loop", "decode_text", "encode_text", "generate", "sample_next"]

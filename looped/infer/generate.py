@@ -1,8 +1,10 @@
-"""Sampling from the incremental state: prefill the prompt once, then one token per `decode` call."""
+"""Text generation from the incremental state: prefill the prompt once, then the shared decoding loop (decode.py)."""
 
 from __future__ import annotations
 
 import torch
+
+from .decode import SamplingPolicy, decode_loop
 
 SEPARATOR = 256  # WikiText row separator; rendered as a newline
 
@@ -10,21 +12,7 @@ SEPARATOR = 256  # WikiText row separator; rendered as a newline
 def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """(batch, vocab) logits -> (batch,) ids. temperature 0 = greedy; top_k 0 / top_p 1 = off."""
-    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-        raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0 (got {temperature}, {top_p}, {top_k})")
-    if temperature == 0:
-        return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # drop a token when the mass before it already reaches top_p (the top token always stays)
-        drop = probs.cumsum(-1) - probs >= top_p
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+    return SamplingPolicy(temperature, top_k, top_p).sample(logits, generator)
 
 
 @torch.no_grad()
@@ -47,21 +35,19 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, *, temperature: f
                          f"context_length {limit}")
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    policy = SamplingPolicy(temperature, top_k, top_p)
     model.eval()
-    prompt = prompt.to(device)
-    state = model.init_state(prompt.shape[0], rounds=rounds)
-    logits = model.decode(prompt[:, -limit:], state)[:, -1]
-    out = [prompt]
-    for i in range(max_new_tokens):
-        token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-        out.append(token[:, None])
-        if i + 1 == max_new_tokens:
-            break
-        if state.position < limit:
-            logits = model.decode(token[:, None], state)[:, -1]
-        else:  # the window is full: slide it by half
-            state = model.init_state(prompt.shape[0], rounds=rounds)
-            logits = model.decode(torch.cat(out, dim=1)[:, -max(1, limit // 2):], state)[:, -1]
+    out = [prompt.to(device)]
+    window = out[0][:, -limit:]
+    remaining = max_new_tokens
+    while remaining:
+        state = model.init_state(prompt.shape[0], rounds=rounds)
+        logits = model.decode(window, state)[:, -1]
+        # sample until the window is full: the state consumes all but the last token sampled
+        n = min(remaining, limit - state.position + 1)
+        out.append(decode_loop(model, state, logits, n, policy, generator=generator).tokens)
+        remaining -= n
+        window = torch.cat(out, dim=1)[:, -max(1, limit // 2):]  # slide by half a window
     return torch.cat(out, dim=1)
 
 

@@ -1,4 +1,5 @@
-"""The decode-state file of `looped continue` (seed 003 Appendix E): save, load, and the weights fingerprint.
+"""The decode-state file of `looped continue` (seed 003 Appendix E): save, load, the weights fingerprint, and
+the multi-turn continuation that reads and writes it.
 
 A state file holds everything Appendix E lists for reuse at fixed weights: every encoder KV cache, the
 encoder memory, each decoder layer's SWA window, the feedback register, the consumed tokens and position,
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import torch
 
+from ..data.tasks.algorithmic import BOS, EOS
 from ..io import atomic_path
+from .decode import SamplingPolicy, decode_loop
 
 STATE_KEY = "looped_rlt_state"
 
@@ -74,4 +77,35 @@ def load_state(path: Path, model):
     return state, tensors["history"], tensors["pending"], generator
 
 
-__all__ = ["STATE_KEY", "load_state", "save_state", "weights_fingerprint"]
+def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new_tokens: int = 32,
+                          temperature: float = 1.0, seed: int = 0, stop_token: int | None = None) -> dict:
+    """Consume (pending +) prompt tokens, sample up to `max_new_tokens`, save the state; return what happened.
+
+    A new state file starts an independent sequence with BOS (H_0 = (s*, empty))."""
+    if not model.saves_state:
+        raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
+    model.eval()
+    state_path = Path(state_path)
+    if state_path.exists():
+        state, history, pending, generator = load_state(state_path, model)
+        feed = pending[0].tolist() + list(prompt)
+    else:
+        state, history, generator = model.init_state(1), torch.zeros(1, 0, dtype=torch.long), torch.Generator()
+        generator.manual_seed(seed)
+        feed = [BOS, *prompt]
+    if not feed:
+        raise ValueError("nothing to consume: give --prompt (the previous turn left no pending token)")
+    with torch.no_grad():
+        tokens = torch.tensor([feed], dtype=torch.long)
+        logits = model.decode(tokens, state)[:, -1]
+        out = decode_loop(model, state, logits, max_new_tokens, SamplingPolicy(temperature), generator=generator,
+                          stop_token=EOS if stop_token is None else stop_token)
+    # the last sampled token stays pending: the state covers consumed tokens only (F.2)
+    history = torch.cat((history, tokens, out.tokens[:, :out.consumed]), dim=1)
+    generated = out.tokens[0].tolist()
+    pending = torch.tensor([generated[-1:]], dtype=torch.long).view(1, -1)
+    save_state(state_path, model, state, history=history, pending=pending, generator=generator)
+    return {"generated": generated, "position": state.position, "pending": pending[0].tolist()}
+
+
+__all__ = ["STATE_KEY", "continue_conversation", "load_state", "save_state", "weights_fingerprint"]

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..eval.sequence import per_example_loss
+from ..infer.decode import SamplingPolicy, decode_loop
 
 
 # --- supervised ---------------------------------------------------------------------------------------
@@ -76,25 +77,12 @@ def sample_rollout(model, prompts: torch.Tensor, max_new_tokens: int, *, tempera
     batch, prompt_length = prompts.shape
     state = model.init_state(batch)
     logits = model.decode(prompts, state)[:, -1]
-    device = prompts.device
-    tokens, behaviour = [prompts], [torch.zeros(batch, prompt_length, device=device)]
-    actions = [torch.zeros(batch, prompt_length, dtype=torch.bool, device=device)]
-    alive = torch.ones(batch, dtype=torch.bool, device=device)
-    for i in range(max_new_tokens):
-        log_mu = F.log_softmax(logits.float() / temperature, dim=-1)
-        token = torch.multinomial(log_mu.exp(), 1, generator=generator).squeeze(-1)
-        token = torch.where(alive, token, pad_token)
-        tokens.append(token[:, None])
-        behaviour.append(torch.where(alive, log_mu.gather(-1, token[:, None]).squeeze(-1), 0.0)[:, None])
-        actions.append(alive[:, None].clone())
-        if stop_token is not None:
-            alive &= token != stop_token
-        if i + 1 < max_new_tokens and bool(alive.any()):
-            logits = model.decode(token[:, None], state)[:, -1]
-        elif not bool(alive.any()):
-            break
+    out = decode_loop(model, state, logits, max_new_tokens, SamplingPolicy(temperature), generator=generator,
+                      stop_token=stop_token, pad_token=pad_token, record_log_probs=True)
     model.train(was_training)
-    return Rollout(torch.cat(tokens, 1), torch.cat(actions, 1), torch.cat(behaviour, 1), temperature)
+    before = torch.zeros(batch, prompt_length, device=prompts.device)  # the prompt holds no actions
+    return Rollout(torch.cat((prompts, out.tokens), 1), torch.cat((before.bool(), out.actions), 1),
+                   torch.cat((before, out.log_probs), 1), temperature)
 
 
 def replay_logprobs(model, rollout: Rollout) -> torch.Tensor:
