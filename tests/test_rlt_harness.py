@@ -12,7 +12,8 @@ import torch
 import yaml
 
 from looped.config import ConfigError
-from looped.data.tasks.algorithmic import BOS, EOS, PERMUTATION_TOKEN_BASE, ZERO, _THEN
+from looped.data.tasks.s5 import PERMUTATION_TOKEN_BASE, _THEN
+from looped.data.tasks.vocabulary import BOS, EOS, ZERO
 from looped.models import build_model, get_arch
 from looped.train import Trainer, load_model, load_run_config
 from looped.train import checkpoint as ckpt

@@ -21,7 +21,7 @@ from ..io import atomic_write_text
 # --- commands ------------------------------------------------------------------------------------------------
 def _prompt_tokens(text: str) -> list[int]:
     """Prompt text as byte tokens; <BOS>/<EOS>/... name the task specials (e.g. "<EOS>" to end a turn)."""
-    from ..data.tasks.algorithmic import SPECIAL_TOKENS
+    from ..data.tasks.vocabulary import SPECIAL_TOKENS
 
     tokens, rest = [], text
     while rest:
@@ -39,14 +39,14 @@ def _prompt_tokens(text: str) -> list[int]:
 def cmd_continue(args) -> int:
     from ..train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
     from ..train.checkpoint import resolve_checkpoint
-    from ..data.tasks.algorithmic import decode_text
+    from ..data.tasks.vocabulary import decode_task_text
     from ..train import load_model
 
     model, _ = load_model(resolve_checkpoint(args.run, args.which))
     result = continue_conversation(model, Path(args.state), _prompt_tokens(args.prompt or ""),
                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-    print(decode_text(result["generated"]))
-    print(f"state: {args.state} (position {result['position']}, pending {decode_text(result['pending'])})",
+    print(decode_task_text(result["generated"]))
+    print(f"state: {args.state} (position {result['position']}, pending {decode_task_text(result['pending'])})",
           file=sys.stderr)
     return 0
 

@@ -63,19 +63,19 @@ def cmd_eval(args) -> int:
 def cmd_generate(args) -> int:
     import torch
 
-    from ..infer import decode_text, encode_text, generate
+    from ..infer import decode_byte_text, encode_byte_text, generate
     from ..train import load_model
 
     # One token at a time is a chain of tiny kernels: waking a second thread costs more than it saves
     # (looped bench decode: ~1.5-2x faster per token with one thread on 2 cores).
     torch.set_num_threads(args.threads)
     model, _ = load_model(resolve_checkpoint(args.run, args.which))
-    prompt = encode_text(args.prompt)
+    prompt = encode_byte_text(args.prompt)
     room = max(model.config.context_length - prompt.shape[1], model.config.context_length // 2)
     ids = generate(model, prompt, args.max_new_tokens if args.max_new_tokens is not None else room,
                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                    rounds=args.rounds)
-    print(decode_text(ids[0].tolist()))
+    print(decode_byte_text(ids[0].tolist()))
     return 0
 
 
@@ -122,7 +122,7 @@ def cmd_quickstart(args) -> int:
     from ..data import load_streams, to_blocks
     from ..eval import evaluate_lm
     from ..eval.compressors import compressor_bits_per_byte, format_rates
-    from ..infer import decode_text, encode_text, generate
+    from ..infer import decode_byte_text, encode_byte_text, generate
     from ..train import RunConfig, Trainer, load_model
     from ..train import checkpoint as ckpt
 
@@ -130,12 +130,13 @@ def cmd_quickstart(args) -> int:
     out = Path(args.out)
     start = time.perf_counter()
     if not ckpt.run_finished(out):
-        Trainer(config, out, resume=ckpt.is_checkpoint(out / "checkpoints" / "last"), progress=not args.no_progress).run()
+        resume = ckpt.is_checkpoint(out / "checkpoints" / "last")
+        Trainer(config, out, resume=resume, progress=not args.no_progress).run()
     model, config = load_model(resolve_checkpoint(str(out)))
     streams = load_streams(config.data)
     result = evaluate_lm(model, to_blocks(streams.heldout, config.data.block_size, name="kjv held-out"),
                          batch_size=16, unit=streams.unit)
-    sample = generate(model, encode_text(args.prompt), args.sample_bytes, temperature=0.8, top_k=0, top_p=0.95,
+    sample = generate(model, encode_byte_text(args.prompt), args.sample_bytes, temperature=0.8, top_k=0, top_p=0.95,
                       seed=0)
     elapsed = time.perf_counter() - start
     compressors = compressor_bits_per_byte(bytes(streams.heldout.tolist()))
@@ -144,7 +145,7 @@ def cmd_quickstart(args) -> int:
           f"{elapsed / 60:.1f} min")
     print(f"the same books compressed: {format_rates(compressors)} bits/byte")
     result["compressors_bits_per_byte"] = compressors
-    print(f"sample (prompt {args.prompt!r}, T=0.8, top-p 0.95, seed 0):\n{decode_text(sample[0].tolist())}")
+    print(f"sample (prompt {args.prompt!r}, T=0.8, top-p 0.95, seed 0):\n{decode_byte_text(sample[0].tolist())}")
     atomic_write_text(out / "quickstart.json", json.dumps({**result, "minutes": elapsed / 60}, indent=2))
     return 0
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..data.tasks.algorithmic import AlgorithmicTask, fixed_set
+from ..data.tasks.algorithmic import AlgorithmicTask
+from ..data.tasks.splits import fixed_set
 from ..io import atomic_save_figure
 from .sequence import accuracies, algorithmic_task, score_rows
 

@@ -51,10 +51,17 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, *, temperature: f
     return torch.cat(out, dim=1)
 
 
-def encode_text(text: str) -> torch.Tensor:
+def encode_byte_text(text: str) -> torch.Tensor:
+    """Text as (1, n) ids of the 257-symbol corpus vocabulary (UTF-8 bytes; 256 = WikiText row separator)."""
     return torch.tensor(list(text.encode("utf-8")), dtype=torch.long)[None]
 
 
-def decode_text(ids) -> str:
+def decode_byte_text(ids) -> str:
+    """Ids of the 257-symbol corpus vocabulary as text (the separator as a newline). The 277-symbol task
+    vocabulary of seed 003 has its own codec: looped.data.tasks.vocabulary.decode_task_text."""
     data = bytes(10 if int(i) == SEPARATOR else int(i) for i in ids)
     return data.decode("utf-8", errors="replace")
+
+
+# The names these had before they said their vocabulary.
+encode_text, decode_text = encode_byte_text, decode_byte_text

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.tasks.algorithmic import BOS, EOS
+from ..data.tasks.vocabulary import BOS, EOS
 from ..io import atomic_path
 from .decode import SamplingPolicy, decode_loop
 

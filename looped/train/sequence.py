@@ -38,7 +38,9 @@ import numpy as np
 import torch
 
 from ..data.tasks import SequenceBatch, TaskError
-from ..data.tasks.algorithmic import VOCAB_SIZE, AlgorithmicTask, fixed_set, heldout_keys, replace_excluded, split_seed
+from ..data.tasks.algorithmic import AlgorithmicTask
+from ..data.tasks.splits import fixed_set, heldout_keys, replace_excluded, split_seed
+from ..data.tasks.vocabulary import VOCAB_SIZE
 from ..eval.sequence import accuracies, algorithmic_task, score_rows
 from .objectives import masked_sequence_loss
 from .tasks import register_task_kind

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 
-SEQUENCE_PAD = 258  # PAD of the 277-symbol task vocabulary (algorithmic.PAD): fills rows, never scored
+SEQUENCE_PAD = 258  # PAD of the 277-symbol task vocabulary (vocabulary.PAD): fills rows, never scored
 
 
 class TaskError(ValueError):
@@ -140,7 +140,7 @@ def register_task(name: str):
 
 # Loaded by module name (their @register_task decorators fill _TASKS), so no task module imports a module
 # that imports it.
-BUILTIN_MODULES = ("algorithmic", "graph", "boolean", "family")
+BUILTIN_MODULES = ("addition", "parity", "mod5", "s5", "graph", "boolean", "family")
 
 
 def _load_builtin() -> None:
