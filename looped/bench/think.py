@@ -21,7 +21,7 @@ For the Transformer the prompt's cache exists before the region too, so the regi
 only what thinking adds: the paper's "we count only the thinking tokens". Its KV cache grows by concatenation
 (`GrowingKVCache`, as Hugging Face caches do), so the live bytes follow the tokens generated so far; the cache
 bytes of the T thinking tokens are also read off the final cache tensors and checked against the formula
-2 x B x T x N x d x 4 bytes (SPEC §2).
+2 x B x T x N x d x 4 bytes (seed 002).
 
 Goals (judged, never asserted): the core's peak at the largest T within 5 % of the smallest T at every batch size;
 core latency linear in T (least-squares R^2 >= 0.98); the thinking KV cache linear in T (measured == formula).
@@ -104,7 +104,7 @@ def parameter_bytes(model: torch.nn.Module) -> int:
 
 
 def build_core(dim: int, heads: int, ffn_dim: int, length: int, max_steps: int):
-    """The sequence-task core of SPEC §2 (d 256 / 8 heads / FFN 1024, L 128 by default), one depth row per step."""
+    """The sequence-task core of seed 002 (d 256 / 8 heads / FFN 1024, L 128 by default), one depth row per step."""
     from ..models import build_model
     from ..models.recurrent_depth import DepthRecurrentConfig
 

@@ -9,7 +9,7 @@
 "Sufficient" step budgets (the paper's Table 3/4 "best over sufficient step budgets"): for a row of
 difficulty d (hops, nesting depth, chain depth) the budgets T >= d. On the graph task this is exact, since
 the adjacency mask moves information one hop per step, so fewer than d steps cannot see the whole path. On the
-sequence tasks it is the same rule applied as a convention (SPEC §2: "budgets >= the difficulty where that
+sequence tasks it is the same rule applied as a convention (seed 002: "budgets >= the difficulty where that
 applies"). When no evaluated budget reaches d, the rule cannot apply and the largest budget alone counts.
 Fixed-depth models ignore the budget, so every budget gives the same accuracy and the rule changes nothing.
 ID difficulties are the test difficulties inside the trained range [lo, hi]; OOD ones are all others.

@@ -1,6 +1,6 @@
 """Seed 000 (causal latent workspace): the seven rows, their matched budgets, and the shipped recipes.
 
-Widths are our decision (../shared/SPEC.md §1, the seed's Table 7 is missing):
+Widths are our decision (the seed's Table 7 is missing):
   small  : plain d=128/4 heads, shared loop & adaptive exit d=256/8, anchored rows d=192/6, m=32
   larger : plain d=1536/12,     shared loop & adaptive exit d=3072/24, anchored rows d=2560/20, m=128
 FFN widths are solved (looped.models.budget.match_rows): the workspace row's width is the one closest to the
@@ -43,7 +43,7 @@ BUDGETS = {
         "workspace_retention": dict(dim=2560, heads=20, slots=4, slot_dim=128)}},
 }
 
-# Seed 000 §5.3 and SPEC §1; what Table 2 leaves open is our choice, identical across rows (README).
+# Seed 000 §5.3; what Table 2 leaves open is our choice, identical across rows (README).
 RECIPES = {
     "small": {
         "optim": {"lr": 1.0e-3, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1, "grad_clip": 1.0,

@@ -30,14 +30,14 @@ POSITION_COLUMNS = ["corpus", "row", "seed", "first", "last", "nll", "bits_per_b
 EXIT_THRESHOLDS = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
 TEST_ROUNDS = tuple(range(1, 9))
 
-# seed 000 Table 3 (small budget, held-out PPL per symbol, mean over seeds) where SPEC §1 reports it
+# seed 000 Table 3 (small budget, held-out PPL per symbol, mean over seeds) where the seed reports it
 PAPER_SMALL_PPL = {("enwik8", "workspace"): 3.8968, ("enwik8", "conditioned_dense"): 3.8431,
                    ("tinystories", "workspace"): 2.1732, ("tinystories", "conditioned_dense"): 2.2225}
 
 
 def run_config(row: str, corpus: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu",
                budget: str = "small") -> RunConfig:
-    """cpu: the CPU recipe on a ../shared/corpora sample; full: the seed's recipe on the official corpus."""
+    """cpu: the CPU recipe on a corpus sample (clw.CPU_DATA); full: the seed's recipe on the official corpus."""
     ffn_dim, _ = clw.solve_budget(budget)[row]
     recipe, data_section = (clw.CPU_RECIPE, clw.CPU_DATA) if scale == "cpu" else (clw.RECIPES[budget], clw.FULL_DATA)
     data = {"model": clw.model_section(budget, row, ffn_dim), **recipe, "data": data_section[corpus]}
@@ -86,7 +86,7 @@ class ClwStudy:
     def prepare(self, plan: list[dict], log) -> None:
         backfill_positions(plan, self.results, self.positions, self.runs, log)
 
-    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float) -> None:
+    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
         corpus, seed, row = key["corpus"], key["seed"], key["row"]
         model, blocks, unit = heldout_model(folder, corpus)
         score = evaluate_lm(model, blocks, batch_size=16, unit=unit, by_position=True)

@@ -1,6 +1,6 @@
 """Seed 002 (DRT): the shipped recipes, the paper's reported numbers, and the YAML files under configs/drt.
 
-Full scale (configs/drt/full/<task>.yaml, SPEC §2's table, for GPU users):
+Full scale (configs/drt/full/<task>.yaml, seed 002's table, for GPU users):
   graph   d 128 / 4 heads / FFN 256, 20 depth rows, T 5-8,  batch 64,  40 epochs of 12,000 rows (7,500 updates)
   logic   d 256 / 8 heads / FFN 1024, 28 depth rows, T 4-16, batch 128, 30 epochs of 64,000 rows (15,000 updates)
   family  d 256 / 8 heads / FFN 1024, 20 depth rows, T 1-12, batch 128, 40 epochs of 60,000 rows (18,750 updates)
@@ -34,7 +34,7 @@ SEEDS = (42, 43, 44)
 # Recipe names -> data task names (the paper says "nested boolean" / "logic" for the boolean task).
 # graph_hard: the same recipe with hard negatives (source has out-edges, target has in-edges, refutation needs
 # >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose negatives local
-# cues often settle (SPEC §2).
+# cues often settle (74.6 % of its negatives, README).
 TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph"}
 PAPER_TASKS = ("graph", "logic", "family")  # what `looped reproduce drt` runs unless --tasks says otherwise
 HARD_NEGATIVES = {"graph_hard"}
@@ -43,7 +43,7 @@ DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain 
 OPTIM = {"lr": 3.0e-4, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 1.0e-2, "grad_clip": 1.0,
          "schedule": "cosine", "warmup_steps": 0, "min_lr": 0.0}
 
-# SPEC §2: batch, epochs, training rows
+# Seed 002: batch, epochs, training rows
 FULL_SCHEDULE = {"graph": (64, 40, 12_000), "logic": (128, 30, 64_000), "family": (128, 40, 60_000),
                  "graph_hard": (64, 40, 12_000)}
 # CPU: (batch, rows seen, model overrides); see the module docstring
@@ -52,7 +52,7 @@ CPU_SCHEDULE = {"graph": (64, 40 * 12_000, {}), "logic": (32, 48_000, CPU_WIDTH)
                 "graph_hard": (64, 40 * 12_000, {})}
 CPU_DIAGNOSTIC_PER_BUCKET = 200  # test rows per bucket for the depth-embedding diagnostic at CPU scale
 
-# Seed 002 Table 3 / SPEC §2: 3-seed means, ID / OOD accuracy (%), best over sufficient step budgets.
+# Seed 002 Table 3: 3-seed means, ID / OOD accuracy (%), best over sufficient step budgets.
 PAPER = {
     ("drt", "graph"): (100, 75), ("drt", "logic"): (100, 96), ("drt", "family"): (84, 61),
     ("drt_tied", "graph"): (100, 71), ("drt_tied", "logic"): (100, 97), ("drt_tied", "family"): (82, 62),

@@ -198,7 +198,7 @@ class DrtStudy:
     def prepare(self, plan: list[dict], log) -> None:
         backfill_cross(self.results, self.out, self.runs, self.tests, self.batch_size, log)
 
-    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float) -> None:
+    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
         name = folder.name
         r = evaluate_run(folder, self.tests, diagnostic_per_bucket=self.per_bucket, batch_size=self.batch_size)
         r["grid"].write_csv(self.out / "grids" / f"{name}.csv")

@@ -213,7 +213,7 @@ class Study(Protocol):
     def prepare(self, plan: list[dict], log) -> None:
         """Work owed by runs finished earlier (scores added to the study after they ran); may do nothing."""
 
-    def evaluate(self, key: dict, config, folder: Path, seconds: float) -> None:
+    def evaluate(self, key: dict, config, folder: Path, seconds: float, log) -> None:
         """Score a finished run and add its rows (results last: a row there marks the run done)."""
 
     def report(self) -> None:
@@ -230,7 +230,7 @@ def run_study(study: Study, *, progress: bool = True, stop_after: float | None =
         seconds = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress,
                                           log)
         if seconds is not None:
-            study.evaluate(key, config, folder, seconds)
+            study.evaluate(key, config, folder, seconds, log)
             study.report()
     study.report()
     return study.results

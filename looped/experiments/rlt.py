@@ -4,7 +4,7 @@
     configs/rlt/cpu/<task>_<row>.yaml    a scaled-down recipe that finishes in <= 15 min per run on one
                                          loaded CPU thread here
 
-Full recipe (§3.1, App. J, SPEC §3): width 512, 4 heads, FFN 1,365, eight logical layers (RLT 4+4 ... 8+0,
+Full recipe (§3.1, App. J): width 512, 4 heads, FFN 1,365, eight logical layers (RLT 4+4 ... 8+0,
 Transformer 8), SWA window 8, one memory group, alpha 0.1, untied encoder/decoder, tied embeddings; AdamW
 (0.9, 0.95), weight decay 0.1, clip 1.0, 200 warm-up updates to 1e-4 then cosine to 5e-6; global batch 512
 = micro-batch 32 x 16 accumulation; 2,000 updates (mod-5: 5,000); validation every 100 updates, best =

@@ -35,7 +35,7 @@ from ..nn import LayerNorm, LayerScale, MultiHeadAttention
 
 ROLE_INIT_STD = 0.02  # source/target role vectors ~ N(0, 0.02^2)
 
-# SPEC §2 table: the shapes every model of a task shares (keys named after the data task registry).
+# Seed 002's table: the shapes every model of a task shares (keys named after the data task registry).
 TASK_SHAPES: dict[str, dict[str, Any]] = {
     "graph": dict(task_kind="graph", vocab_size=27, max_length=20, dim=128, heads=4, ffn_dim=256),
     "boolean": dict(task_kind="sequence", vocab_size=9, max_length=128, dim=256, heads=8, ffn_dim=1024),
@@ -48,7 +48,7 @@ TASK_SHAPES: dict[str, dict[str, Any]] = {
 
 @dataclass
 class ReasoningConfig:
-    """Fields every reasoning model shares; defaults are the nested-boolean shapes of SPEC §2."""
+    """Fields every reasoning model shares; defaults are the nested-boolean shapes of seed 002."""
 
     arch: str = ""
     task_kind: Literal["graph", "sequence"] = "sequence"

@@ -12,7 +12,7 @@ Every baseline shares the core's perception (embedding, role vectors, LN, dropou
 flavour (graph: ReLU FFN, adjacency mask; sequence: RoPE, GELU FFN, padding mask) and readout, so the
 rows differ only in how depth is spent.
 
-Fixed-Transformer depths follow from the paper's reported sizes (SPEC §2: 0.8M / 6.4M / 4.0M):
+Fixed-Transformer depths follow from the paper's reported sizes (0.8M / 6.4M / 4.0M):
 6 layers at d=128 (graph, 832,385 parameters), 8 at d=256 (boolean, 6.39M), 5 at d=256 (family, 4.03M).
 """
 

@@ -27,7 +27,7 @@ Dropout (p = `dropout`) acts on the front end, both residual branches, the FFN h
 readout hidden layer. Attention probabilities are not dropped (PyTorch's encoder layer does; our
 attention module has no such option).
 
-SPEC §2 shapes give 205,441 (graph), 998,145 (nested boolean) and 1,007,617 (family) parameters:
+Seed 002's shapes give 205,441 (graph), 998,145 (nested boolean) and 1,007,617 (family) parameters:
 graph = 3,456 tokens + 256 roles + 256 front LN + 2,560 depth + 132,480 block + 32,896 gate + 33,537 readout.
 
 The family-"reasoning" protocol and the pieces every reasoning model shares (config fields, perception,

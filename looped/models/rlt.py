@@ -34,7 +34,7 @@ tensors, so the time is per-kernel cost, not flops: matmuls ~18%, single-query a
 Hence: split instead of slice (one backward cat instead of a zero-filled gradient per chunk), memory read
 through views, q and k normalised and rotated together, three-kernel RoPE, one matmul for both state terms.
 
-Choices the paper leaves open (SPEC §3 marks what is inferred):
+Choices the paper leaves open (inferred, not stated by it):
   s*      initial feedback state, init N(0, 1): the merge reads it only through RMSNorm_s, so its scale
           only sets the gradient through that norm; unit RMS keeps that gradient O(1).
   init    width-muP-style stds: embedding 0.02, every matrix 0.5/sqrt(fan_in), biases 0, gains 1.
@@ -244,7 +244,7 @@ class DecoderLayer(nn.Module):
 
 
 def init_weights(model: nn.Module) -> None:
-    """Embeddings N(0, 0.02^2), matrices N(0, (0.5/sqrt(fan_in))^2), biases 0 (SPEC §3, inferred width-muP)."""
+    """Embeddings N(0, 0.02^2), matrices N(0, (0.5/sqrt(fan_in))^2), biases 0 (inferred: width-muP; the paper does not state it)."""
     for module in model.modules():
         if isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)

@@ -10,7 +10,7 @@
       max_targets: 480000      # epochs x training rows (one scored target per row): 40 x 12,000
 
 Data (all of it a function of `task.data_seed`, so every seed of a study trains on the same rows):
-  training set  `train_size` rows (default SPEC §2: graph 12,000, boolean 64,000, family 60,000), split equally
+  training set  `train_size` rows (default, seed 002: graph 12,000, boolean 64,000, family 60,000), split equally
                 over `train_difficulties` (default: the task's training range); generated once, then visited
                 epoch by epoch in a fresh permutation without replacement;
   validation    `val_size` rows of the training distribution, minus any whose input (`row_key`) occurs in the
@@ -39,7 +39,7 @@ from ..eval.reasoning import unwrap, validation_metrics
 from .tasks import register_task_kind
 
 TASK_NAMES = ("graph", "boolean", "family")
-# SPEC §2 table
+# Seed 002's table: training rows and test step budgets per task
 SPEC_TRAIN_SIZE = {"graph": 12_000, "boolean": 64_000, "family": 60_000}
 SPEC_EVAL_STEPS = {"graph": [1, 2, 3, 5, 8, 12, 15, 20], "boolean": [1, 2, 4, 6, 8, 10, 12, 16, 20, 24],
                    "family": [1, 2, 4, 6, 8, 10, 12, 16, 20]}
@@ -55,15 +55,15 @@ class ReasoningTaskConfig:
     kind: str = "reasoning"
     name: str = "graph"  # graph | boolean | family (looped.data.tasks)
     hard_negatives: bool = False  # graph only: negatives with the hop-depth guarantees of the generator
-    train_difficulties: list[int] | None = None  # None: the task's training range (SPEC §2)
-    train_size: int | None = None  # None: SPEC §2's size for the task
+    train_difficulties: list[int] | None = None  # None: the task's training range (seed 002)
+    train_size: int | None = None  # None: seed 002's size for the task
     val_size: int = 1000
     steps_range: list[int] | None = None  # training T ~ U{lo..hi}; None: model.steps_range (core), see below
     alpha: float = 0.0  # intermediate-supervision weight; 0 = silent thinking
     val_steps: int | None = None  # validation budget; None: the top of the trained range
-    eval_steps: list[int] | None = None  # test budgets (steps x difficulty grid); None: SPEC §2
+    eval_steps: list[int] | None = None  # test budgets (steps x difficulty grid); None: seed 002's
     test_difficulties: list[int] | None = None  # None: the task's test buckets
-    test_per_bucket: int | None = None  # None: SPEC §2 (500 / 500 / 2,000)
+    test_per_bucket: int | None = None  # None: seed 002's (500 / 500 / 2,000)
     data_seed: int = 0
 
     def validate(self) -> None:

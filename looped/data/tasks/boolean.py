@@ -1,4 +1,4 @@
-"""Nested boolean logic (seed 002, SPEC §2): the value of an expression over T F & | ! ( )."""
+"""Nested boolean logic (seed 002): the value of an expression over T F & | ! ( )."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ class NestedBoolean(ReasoningTask):
     Nesting depth (the difficulty): the largest number of parentheses open at once while reading the
     string left to right (`nesting_depth`); ``!T&F`` has depth 0, ``!((T|F)&T)`` depth 2.
 
-    Generation (SPEC §2): depth 0 is an atom — ``T``/``F`` (p .5, each equally likely), ``!T``/``!F``
+    Generation (seed 002): depth 0 is an atom — ``T``/``F`` (p .5, each equally likely), ``!T``/``!F``
     (p .25), or ``a op b`` with a, b ∈ {T, F} and op ∈ {&, |} (p .25). Depth d > 0 takes one child of
     depth d−1 and one of depth k ∈ {0..d−1} drawn with weight 2^(d−1−k), in random order, joined as
     ``(L op R)`` with op uniform over {&, |}, then prefixed by ``!`` with p .25. This has nesting depth

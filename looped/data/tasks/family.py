@@ -1,4 +1,4 @@
-"""Family relations (seed 002, SPEC §2): is a queried relation implied by a chain of stated ones?"""
+"""Family relations (seed 002): is a queried relation implied by a chain of stated ones?"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Graph reachability (seed 002, SPEC §2): is TARGET reachable from SOURCE along directed edges?"""
+"""Graph reachability (seed 002): is TARGET reachable from SOURCE along directed edges?"""
 
 from __future__ import annotations
 

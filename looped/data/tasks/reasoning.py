@@ -13,7 +13,7 @@ Each task is a binary classifier over one instance per row (`ReasoningBatch`), w
   label_of(batch, i)                  the label from an independent reference solver (for tests)
   row_key(batch, i)                   bytes identifying a row's input, for de-duplication
 
-Generation follows SPEC §2 (the paper's generators); where the spec leaves a choice open, the choice
+Generation follows the paper's generators (seed 002); where the paper leaves a choice open, the choice
 is written in the class docstring. All randomness comes from the numpy Generator that is passed in,
 so equal generators give equal batches.
 """
