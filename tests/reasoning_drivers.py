@@ -14,15 +14,25 @@ from looped.models.reasoning import ReasoningTrace
 DEPTH_MODES = ("per_step", "halting", "fixed")
 
 
-def tiny_graph_model(arch: str):
-    """The architecture at its tiny test size with the paper's graph settings, float64, eval mode."""
+# one data task per perception interface: graph rows (adjacency, query) and sequence rows ([CLS] + symbols)
+TASK_OF_KIND = {"graph": ("graph", 3), "sequence": ("boolean", 2)}  # (data task, difficulty)
+
+
+def cases(archs) -> list[tuple[str, str]]:
+    """(arch, task kind) for every kind each architecture declares it reads."""
+    return [(arch, kind) for arch in archs for kind in get_arch(arch).config_cls.task_kinds]
+
+
+def tiny_model(arch: str, kind: str = "graph"):
+    """The architecture at its tiny test size with the paper's settings for `kind`, float64, eval mode."""
     torch.manual_seed(0)
     spec = get_arch(arch)
-    return build_model(spec.config_cls.for_task("graph", **spec.test_overrides)).double().eval()
+    return build_model(spec.config_cls.for_task(TASK_OF_KIND[kind][0], **spec.test_overrides)).double().eval()
 
 
-def graph_rows(n: int = 6, hops: int = 3) -> ReasoningBatch:
-    return get_task("graph").sample(rng_for(0), n, hops)
+def rows(kind: str = "graph", n: int = 6) -> ReasoningBatch:
+    task, difficulty = TASK_OF_KIND[kind]
+    return get_task(task).sample(rng_for(0), n, difficulty)
 
 
 def budgets(model) -> tuple[int, int]:
@@ -30,17 +40,17 @@ def budgets(model) -> tuple[int, int]:
     return 1, max(2, model.config.trained_steps()[1])
 
 
-def check_declares_its_capabilities(arch: str):
-    model = tiny_graph_model(arch)
+def check_declares_its_capabilities(arch: str, kind: str = "graph"):
+    model = tiny_model(arch, kind)
     assert model.depth_mode in DEPTH_MODES, f"{arch}: depth_mode {model.depth_mode!r} not in {DEPTH_MODES}"
     lo, hi = model.config.trained_steps()
     assert 1 <= lo <= hi, f"{arch}: trained_steps() {(lo, hi)}"
 
 
-def check_depth_mode_is_true_to_behaviour(arch: str):
+def check_depth_mode_is_true_to_behaviour(arch: str, kind: str = "graph"):
     """Evaluation trusts the declaration: "fixed" models run once for every budget, "per_step" models give every
     smaller budget's logits from one pass at the largest."""
-    model, batch = tiny_graph_model(arch), graph_rows()
+    model, batch = tiny_model(arch, kind), rows(kind)
     lo, hi = budgets(model)
     with torch.no_grad():
         same = torch.equal(model(batch, steps=lo), model(batch, steps=hi))
@@ -51,8 +61,8 @@ def check_depth_mode_is_true_to_behaviour(arch: str):
             torch.testing.assert_close(every[lo - 1], model(batch, steps=lo))
 
 
-def check_shapes_and_the_trace(arch: str):
-    model, batch = tiny_graph_model(arch), graph_rows()
+def check_shapes_and_the_trace(arch: str, kind: str = "graph"):
+    model, batch = tiny_model(arch, kind), rows(kind)
     _, hi = budgets(model)
     with torch.no_grad():
         logits = model(batch, steps=hi)
@@ -62,8 +72,8 @@ def check_shapes_and_the_trace(arch: str):
     assert isinstance(trace, ReasoningTrace)
 
 
-def check_loss_trains_every_parameter(arch: str):
-    model, batch = tiny_graph_model(arch).train(), graph_rows()
+def check_loss_trains_every_parameter(arch: str, kind: str = "graph"):
+    model, batch = tiny_model(arch, kind).train(), rows(kind)
     _, hi = budgets(model)
     logits, trace = model(batch, steps=hi, return_all=True, return_trace=True)
     loss = model.loss(logits, batch.labels.double(), 0.5, trace)
@@ -73,9 +83,9 @@ def check_loss_trains_every_parameter(arch: str):
     assert not silent, f"{arch}: no gradient reaches {silent[:3]}"
 
 
-def check_padding_slots_change_nothing(arch: str):
+def check_padding_slots_change_nothing(arch: str, kind: str = "graph"):
     """Tokens at PAD-flagged positions are invisible: new ids there leave every logit bit-identical."""
-    model, batch = tiny_graph_model(arch), graph_rows()
+    model, batch = tiny_model(arch, kind), rows(kind)
     _, hi = budgets(model)
     noisy = batch.tokens.clone()
     noisy[batch.padding] = 1 + noisy[batch.padding] % (model.config.vocab_size - 1)
@@ -85,9 +95,9 @@ def check_padding_slots_change_nothing(arch: str):
         torch.testing.assert_close(model(changed, steps=hi), model(batch, steps=hi), rtol=0, atol=0)
 
 
-def check_bad_input_is_one_line(arch: str):
-    model = tiny_graph_model(arch)
-    empty = get_task("graph").sample(rng_for(0), 0, 2)
+def check_bad_input_is_one_line(arch: str, kind: str = "graph"):
+    model = tiny_model(arch, kind)
+    empty = get_task(TASK_OF_KIND[kind][0]).sample(rng_for(0), 0, 2)
     with pytest.raises(ValueError, match="empty batch") as err:
         model(empty, steps=budgets(model)[0])
     assert "\n" not in str(err.value)

@@ -206,19 +206,6 @@ def test_config_errors_name_the_field():
 # ============================================================================ baselines
 
 
-@pytest.mark.parametrize("arch, kind", [("fixed_transformer", "graph"), ("fixed_transformer", "sequence"),
-                                        ("gnn", "graph"), ("ut_act", "graph"), ("ut_act", "sequence")])
-def test_baselines_share_the_forward_protocol(arch, kind):
-    model = tiny(arch, kind)
-    batch = graph_batch([chain(6), chain(3)], [(0, 5), (2, 0)]) if kind == "graph" else sequence_batch([8, 24])
-    logits = model(batch, steps=4)
-    assert logits.shape == (2,)
-    every, trace = model(batch, steps=4, return_all=True, return_trace=True)
-    assert every.shape == (1, 2)
-    torch.testing.assert_close(every[-1], logits)
-    assert torch.isfinite(model.loss(every, batch.labels, trace=trace))
-
-
 @pytest.mark.parametrize("arch", ["fixed_transformer", "gnn"])
 def test_fixed_depth_graph_models_see_one_hop_per_layer(arch):
     """Two layers: the target (node 7 of a chain from source 0) feels node 5, never node 4."""

@@ -33,7 +33,8 @@ def test_the_example_passes_every_shared_driver(example, check):
 def test_the_reasoning_example_passes_every_shared_driver(monkeypatch, check):
     monkeypatch.setenv("LOOPED_PLUGINS", str(REASONING_EXAMPLE))
     assert "looped_encoder" in arch_names("reasoning")
-    check("looped_encoder")
+    for arch, kind in reasoning_drivers.cases(["looped_encoder"]):
+        check(arch, kind)
 
 
 def test_the_example_trains_from_the_cli(example, tmp_path, capsys):

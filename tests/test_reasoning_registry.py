@@ -1,4 +1,5 @@
-"""Every registered family-"reasoning" architecture passes the shared drivers (tests/reasoning_drivers.py)."""
+"""Every registered family-"reasoning" architecture passes the shared drivers (tests/reasoning_drivers.py), on
+every input kind (graph, sequence) it declares it reads."""
 
 import pytest
 
@@ -7,6 +8,6 @@ from looped.models import arch_names
 
 
 @pytest.mark.parametrize("check", reasoning_drivers.ALL_CHECKS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("arch", arch_names("reasoning"))
-def test_shared_driver(arch, check):
-    check(arch)
+@pytest.mark.parametrize("arch, kind", reasoning_drivers.cases(arch_names("reasoning")))
+def test_shared_driver(arch, kind, check):
+    check(arch, kind)

@@ -61,6 +61,8 @@ class ReasoningConfig:
 
     # Per-task values beyond TASK_SHAPES (e.g. depth rows, layer counts), applied by `for_task`.
     per_task: ClassVar[dict[str, dict[str, Any]]] = {}
+    # The perception interfaces the model can read (the shared drivers run it on each).
+    task_kinds: ClassVar[tuple[str, ...]] = ("graph", "sequence")
 
     @classmethod
     def for_task(cls, task: str, **overrides):
@@ -74,6 +76,9 @@ class ReasoningConfig:
     def validate(self) -> None:
         if self.task_kind not in ("graph", "sequence"):
             raise ValueError(f"model.task_kind must be 'graph' or 'sequence', got {self.task_kind!r}")
+        if self.task_kind not in self.task_kinds:
+            raise ValueError(f"model.task_kind: {self.arch or type(self).__name__} reads {' or '.join(self.task_kinds)} "
+                             f"inputs only, got {self.task_kind!r}")
         for name in ("vocab_size", "max_length", "dim", "ffn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")

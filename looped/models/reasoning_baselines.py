@@ -91,10 +91,12 @@ class GNNConfig(ReasoningConfig):
     ffn_dim: int = 256
     layers: int = 6
 
+    task_kinds: ClassVar[tuple[str, ...]] = ("graph",)  # messages pass along the graph's edges
+
     def validate(self) -> None:
-        super().validate()
         if self.task_kind != "graph":
             raise ValueError("model.task_kind: the GNN needs a graph to pass messages over ('graph' only)")
+        super().validate()
         if self.layers < 1:
             raise ValueError(f"model.layers must be >= 1, got {self.layers}")
 
