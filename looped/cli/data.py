@@ -46,12 +46,7 @@ def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_neg
         raise ValueError("--hard-negatives applies to the graph task only")
     task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}))
     rng = rng_for(seed)
-    if difficulty is not None:
-        batch = task.sample(rng, n, difficulty)
-    elif hasattr(task, "sample_mixed"):  # reasoning tasks: their training difficulties, shuffled
-        batch = task.sample_mixed(rng, n, task.train_difficulties)
-    else:  # sequence tasks: one training length for the batch
-        batch = task.sample_train(rng, n)
+    batch = task.sample(rng, n, difficulty) if difficulty is not None else task.sample_examples(rng, n)
     return [task.render(batch, i) for i in range(len(batch))]
 
 

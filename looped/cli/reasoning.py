@@ -36,7 +36,7 @@ def load_reasoning_run(run: str, which: str | None = None):
     from ..train import load_model
 
     model, config = load_model(resolve_checkpoint(run, which))
-    if getattr(config.task, "kind", "lm") != "reasoning":
+    if config.task.kind != "reasoning":
         raise ValueError(f"{run}: not a reasoning run (task.kind {config.task.kind!r}); `think` needs one trained "
                          f"with task kind 'reasoning'")
     return model, config

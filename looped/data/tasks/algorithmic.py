@@ -106,6 +106,10 @@ class AlgorithmicTask:
         """A same-length training batch: one length drawn uniformly from `train_lengths` for all rows."""
         return self.sample(rng, n, self.draw_train_length(rng))
 
+    def sample_examples(self, rng: np.random.Generator, n: int) -> SequenceBatch:
+        """n rows of the training mix (one training length for the batch, as `sample_train`)."""
+        return self.sample_train(rng, n)
+
     def _generate(self, rng: np.random.Generator, n: int, length: int) -> SequenceBatch:
         raise NotImplementedError
 

@@ -119,6 +119,10 @@ class ReasoningTask:
         labels: Iterable[int | None] = balanced_labels(rng, n) if self.balanced else [None] * n
         return self._collate([self._row(rng, difficulty, None if lab is None else int(lab)) for lab in labels])
 
+    def sample_examples(self, rng: np.random.Generator, n: int) -> ReasoningBatch:
+        """n rows of the training mix: the training difficulties in equal shares, shuffled."""
+        return self.sample_mixed(rng, n, self.train_difficulties)
+
     def sample_mixed(self, rng: np.random.Generator, n: int, difficulties: list[int]) -> ReasoningBatch:
         """n rows split equally over the k `difficulties` (the first n % k get one row more), shuffled."""
         if not difficulties:
