@@ -144,3 +144,14 @@ def test_the_decoding_loop_stops_rows_pads_them_and_consumes_all_but_the_last_to
     assert out.consumed == out.tokens.shape[1] - 1 == state.position - 4  # the last sampled token is not fed back
     with pytest.raises(ValueError, match="behaviour log-probabilities"):
         SamplingPolicy(temperature=0).log_probs(logits, logits.argmax(-1))
+
+
+def test_capabilities_a_model_lacks_are_one_line_errors(model):
+    """The plain Transformer has no early exit and cannot save its decode state: the protocol's defaults say so
+    in one line instead of an AttributeError deep in a command."""
+    assert not model.saves_state
+    with pytest.raises(ValueError, match="has no early exit") as err:
+        evaluate_lm(model, torch.randint(0, 257, (2, 41)), exit_threshold=0.01)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="cannot save its decode state"):
+        model.state_to_tensors(model.init_state(1))
