@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 
-from ..experiments.results import add_study_options
 
 # study name -> (module under looped.experiments, help)
 STUDIES = {
@@ -21,15 +20,6 @@ STUDIES = {
     "drt": ("drt_study", "seed 002: depth-recurrent core and baselines on graph / logic / family"),
     "rlt": ("rlt_study", "seed 003: RLT rows on the algorithmic tasks, accuracy over the test-length grids"),
 }
-
-
-def add_rlt_arguments(parser) -> None:
-    """The options of `looped reproduce rlt` (to move beside its study in experiments/rlt_study.py)."""
-    from ..experiments import rlt
-
-    add_study_options(parser, "rlt")
-    parser.add_argument("--tasks", nargs="+", help=f"{' '.join(rlt.TASKS)} (default: {' '.join(rlt.STUDY_TASKS)})")
-    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(rlt.STUDY_ROWS)}")
 
 
 def study_module(name: str):
@@ -43,5 +33,5 @@ def add_commands(sub) -> None:
     for name, (_, help_) in STUDIES.items():
         module = study_module(name)
         parser = studies.add_parser(name, help=help_, description=help_)
-        getattr(module, "add_reproduce_arguments", add_rlt_arguments)(parser)
+        module.add_reproduce_arguments(parser)
         parser.set_defaults(func=module.reproduce)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from ..data.tasks.algorithmic import AlgorithmicTask
 from ..data.tasks.splits import fixed_set
 from ..io import atomic_save_figure
 from .sequence import accuracies, algorithmic_task, score_rows
+from .stats import mean_sd
 
 METRICS = ("final_state_accuracy", "prefix_token_accuracy", "sequence_accuracy")
 
@@ -91,12 +91,6 @@ def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[in
     return records
 
 
-def mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample SD (n - 1 in the denominator, eq. 39); SD is NaN for a single value."""
-    mean = statistics.fmean(values)
-    return mean, (statistics.stdev(values) if len(values) > 1 else math.nan)
-
-
 def aggregate_over_seeds(records: Iterable[dict], *, keys: Sequence[str] = ("row", "length"),
                          metrics: Sequence[str] = METRICS) -> list[dict]:
     """Group per-seed records by `keys`; each group gives n, and mean and SD of every metric."""
@@ -109,7 +103,8 @@ def aggregate_over_seeds(records: Iterable[dict], *, keys: Sequence[str] = ("row
         for metric in metrics:
             values = [float(m[metric]) for m in members if m.get(metric) not in (None, "")]
             if values:
-                entry[metric], entry[f"{metric}_sd"] = mean_sd(values)
+                entry[metric], sd = mean_sd(values)
+                entry[f"{metric}_sd"] = math.nan if sd is None else sd  # NaN: plotted without an error bar
         out.append(entry)
     return out
 

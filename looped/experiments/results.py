@@ -17,7 +17,6 @@ import contextlib
 import csv
 import io
 import re
-import statistics
 import time
 from pathlib import Path
 from typing import Protocol
@@ -27,6 +26,7 @@ try:
 except ImportError:  # not POSIX: one process per study (no locking)
     fcntl = None
 
+from ..eval.stats import format_mean_sd, mean_sd  # noqa: F401  (the studies import them from here)
 from ..io import atomic_write_text
 from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
@@ -92,17 +92,6 @@ def exclusive_lock(path: Path, *, wait: bool = True):
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def mean_sd(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (None for a single value)."""
-    mean = statistics.fmean(values)
-    return mean, (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def format_mean_sd(values: list[float], digits: int = 4) -> str:
-    mean, sd = mean_sd(values)
-    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "") + f" (n={len(values)})"
 
 
 def run_label(key: dict) -> str:

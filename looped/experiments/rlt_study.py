@@ -13,17 +13,19 @@ paper's recipe in the header) and <task>.png / feedback.png (accuracy vs test le
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
 
 from ..config import from_dict, merge, parse_overrides
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
+from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
-from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from . import rlt
-from .results import ResultTable, format_mean_sd, pending_runs, status_report, train_or_record_failure
+from . import results as runner
+from .results import ResultTable, add_study_options, format_mean_sd, status_report
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -45,6 +47,64 @@ def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS) ->
     return [{"task": t, "seed": s, "row": r} for t in tasks for s in seeds for r in rows]
 
 
+class RltStudy:
+    """Seed 003's study for the runner (results.run_study): every (task, seed, row), each scored over its
+    task's test-length grid from the best checkpoint (and with shuffled feedback where it has a register)."""
+
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS,
+                 rows=rlt.STUDY_ROWS, overrides: dict | None = None, test_size: int | None = None,
+                 test_lengths: dict[str, list[int]] | None = None, eval_batch_size: int = 256):
+        self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides
+        self.selection = dict(seeds=seeds, tasks=tasks, rows=rows)
+        self.test_size, self.test_lengths, self.batch_size = test_size, test_lengths, eval_batch_size
+        self.results = results_table(self.out)
+        self.lengths = ResultTable(self.out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
+        self.test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
+
+    def plan(self, log) -> list[dict]:
+        return plan_runs(**self.selection)
+
+    def config(self, key: dict) -> RunConfig:
+        return run_config(key["task"], key["row"], key["seed"], self.overrides, scale=self.scale)
+
+    def folder(self, key: dict) -> Path:
+        return self.runs / key["task"] / key["row"] / f"seed{key['seed']}"
+
+    def label(self, key: dict) -> str:
+        return f"rlt {self.scale}: {key['task']} / {key['row']} / seed {key['seed']}"
+
+    def failure_key(self, key: dict, config: RunConfig) -> dict:
+        return {**key, "arch": config.model.arch}
+
+    def prepare(self, plan: list[dict], log) -> None:
+        pass  # every score of a run is taken right after it trains
+
+    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
+        task, seed, row = key["task"], key["seed"], key["row"]
+        start = time.perf_counter()
+        model, config = load_model(folder / "checkpoints" / "best")
+        has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
+        records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
+                                   lengths=(self.test_lengths or {}).get(task), n=self.test_size,
+                                   batch_size=self.batch_size, cache=self.test_cache, log=log,
+                                   shuffled_metric=primary_metric(task) if has_feedback else None)
+        for record in records:
+            self.lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
+        meta, best = _trainer_meta(folder), _best_validation(folder)
+        updates = meta["step"]
+        self.results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
+                          "parameters": model.parameter_counts()["total"], "updates": updates,
+                          "best_step": meta["best_step"], "val_loss": _fmt(best.get("val_loss")),
+                          "val_final_state_accuracy": _fmt(best.get("val_final_state_accuracy")),
+                          "val_prefix_token_accuracy": _fmt(best.get("val_prefix_token_accuracy")),
+                          "train_seconds": f"{seconds:.1f}",
+                          "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
+                          "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
+
+    def report(self) -> None:
+        write_report(self.out, self.results, self.lengths, self.scale)
+
+
 def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_cpu"), *, scale: str = "cpu",
               seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS, overrides: dict | None = None,
               test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
@@ -54,41 +114,9 @@ def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_c
 
     test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
     to shorten a grid (None: the full grid)."""
-    out, runs = Path(out), Path(runs)
-    results = results_table(out)
-    lengths = ResultTable(out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
-    test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
-    plan = plan_runs(seeds=seeds, tasks=tasks, rows=rows)
-    for key in pending_runs(plan, results, stop_after=stop_after, log=log):
-        task, seed, row = key["task"], key["seed"], key["row"]
-        log(f"== rlt {scale}: {task} / {row} / seed {seed}")
-        config = run_config(task, row, seed, overrides, scale=scale)
-        folder = runs / task / row / f"seed{seed}"
-        seconds = train_or_record_failure(results, {**key, "arch": config.model.arch}, config, folder, progress, log)
-        if seconds is None:
-            continue
-        start = time.perf_counter()
-        model, config = load_model(folder / "checkpoints" / "best")
-        has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
-        records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
-                                   lengths=(test_lengths or {}).get(task), n=test_size,
-                                   batch_size=eval_batch_size, cache=test_cache, log=log,
-                                   shuffled_metric=primary_metric(task) if has_feedback else None)
-        for record in records:
-            lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
-        meta, best = _trainer_meta(folder), _best_validation(folder)
-        updates = meta["step"]
-        results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
-                     "parameters": model.parameter_counts()["total"], "updates": updates,
-                     "best_step": meta["best_step"], "val_loss": _fmt(best.get("val_loss")),
-                     "val_final_state_accuracy": _fmt(best.get("val_final_state_accuracy")),
-                     "val_prefix_token_accuracy": _fmt(best.get("val_prefix_token_accuracy")),
-                     "train_seconds": f"{seconds:.1f}",
-                     "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
-                     "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
-        write_report(out, results, lengths, scale)
-    write_report(out, results, lengths, scale)
-    return results
+    study = RltStudy(out, runs, scale=scale, seeds=seeds, tasks=tasks, rows=rows, overrides=overrides,
+                     test_size=test_size, test_lengths=test_lengths, eval_batch_size=eval_batch_size)
+    return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
 
 
 def primary_metric(task: str) -> str:
@@ -193,7 +221,7 @@ def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: s
     for table in (results, lengths):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
-    ckpt.atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
+    atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
     tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
     labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
     for task in tasks:
@@ -222,7 +250,7 @@ def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str
         plot_length_curves(table, spec["name"], path, metric=metric, labels=labels, variant=spec.get("variant"),
                            title=f"{task}: {metric.replace('_', ' ')}", ax=ax)
     fig.tight_layout()
-    ckpt.atomic_save_figure(fig, path)
+    atomic_save_figure(fig, path)
 
 
 def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: dict[str, str]) -> None:
@@ -238,26 +266,31 @@ def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: di
                            metric=rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),
                            variant=spec.get("variant"), title=task)
     fig.tight_layout()
-    ckpt.atomic_save_figure(fig, path)
+    atomic_save_figure(fig, path)
 
 
 # --- CLI entry ----------------------------------------------------------------------------------------------
-def reproduce(args) -> int:
-    """`looped reproduce rlt`: args.scale ("cpu" | "full"), args.seeds, args.rows, args.tasks, args.out,
-    args.runs, args.set (KEY=VALUE overrides for every run), args.no_progress. Prints the table."""
-    scale = getattr(args, "scale", "cpu") or "cpu"
-    out = Path(getattr(args, "out", None) or f"results/rlt_{scale}")
-    selection = dict(seeds=tuple(getattr(args, "seeds", None) or rlt.SEEDS),
-                     tasks=tuple(getattr(args, "tasks", None) or rlt.STUDY_TASKS),
-                     rows=tuple(getattr(args, "rows", None) or rlt.STUDY_ROWS))
-    if getattr(args, "status", False):
-        print(status_report(results_table(out), plan_runs(**selection), f"rlt {scale}"), end="")
+# --- `looped reproduce rlt` ---------------------------------------------------------------------------------
+def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `looped reproduce rlt`: the shared study options, the tasks and the rows."""
+    add_study_options(parser, "rlt")
+    parser.add_argument("--tasks", nargs="+", help=f"{' '.join(rlt.TASKS)} (default: {' '.join(rlt.STUDY_TASKS)})")
+    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(rlt.STUDY_ROWS)}")
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    """`looped reproduce rlt ...`: run the study (or list its status), print the table."""
+    out = Path(args.out or f"results/rlt_{args.scale}")
+    selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(args.tasks or rlt.STUDY_TASKS),
+                     rows=tuple(args.rows or rlt.STUDY_ROWS))
+    if args.status:
+        print(status_report(results_table(out), plan_runs(**selection), f"rlt {args.scale}"), end="")
         return 0
-    run_study(out, Path(getattr(args, "runs", None) or f"runs/{out.name}"), scale=scale, **selection,
-              overrides=parse_overrides(getattr(args, "set", None) or []),
-              progress=not getattr(args, "no_progress", False), stop_after=getattr(args, "stop_after", None))
+    run_study(out, Path(args.runs or f"runs/{out.name}"), scale=args.scale, **selection,
+              overrides=parse_overrides(args.set), progress=not args.no_progress, stop_after=args.stop_after)
     print((out / "table.md").read_text())
     return 0
 
 
-__all__ = ["reproduce", "run_config", "run_study", "table_markdown", "write_report"]
+__all__ = ["RltStudy", "add_reproduce_arguments", "reproduce", "run_config", "run_study", "table_markdown",
+           "write_report"]
