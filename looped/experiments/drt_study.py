@@ -415,8 +415,9 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
                                                    f"{' '.join(drt.PAPER_TASKS)})")
     parser.add_argument("--archs", nargs="+", help="reasoning architectures (default: drt; also drt_tied ut_act "
                                                    "fixed_transformer gnn)")
-    parser.add_argument("--alphas", nargs="+", type=float, help="intermediate-supervision weights, graph only (the "
-                                                                "paper's sweep: " + " ".join(map(str, ALPHA_SWEEP)) + ")")
+    sweep = " ".join(map(str, ALPHA_SWEEP))
+    parser.add_argument("--alphas", nargs="+", type=float,
+                        help=f"intermediate-supervision weights, graph only (the paper's sweep: {sweep})")
 
 
 def reproduce(args: argparse.Namespace) -> int:

@@ -77,8 +77,9 @@ class ReasoningConfig:
         if self.task_kind not in ("graph", "sequence"):
             raise ValueError(f"model.task_kind must be 'graph' or 'sequence', got {self.task_kind!r}")
         if self.task_kind not in self.task_kinds:
-            raise ValueError(f"model.task_kind: {self.arch or type(self).__name__} reads {' or '.join(self.task_kinds)} "
-                             f"inputs only, got {self.task_kind!r}")
+            kinds = " or ".join(self.task_kinds)
+            raise ValueError(f"model.task_kind: {self.arch or type(self).__name__} reads {kinds} inputs only, "
+                             f"got {self.task_kind!r}")
         for name in ("vocab_size", "max_length", "dim", "ffn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")

@@ -244,7 +244,8 @@ class DecoderLayer(nn.Module):
 
 
 def init_weights(model: nn.Module) -> None:
-    """Embeddings N(0, 0.02^2), matrices N(0, (0.5/sqrt(fan_in))^2), biases 0 (inferred: width-muP; the paper does not state it)."""
+    """Embeddings N(0, 0.02^2), matrices N(0, (0.5/sqrt(fan_in))^2), biases 0 (inferred: width-muP; the paper
+    does not state it)."""
     for module in model.modules():
         if isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
