@@ -113,8 +113,6 @@ def test_pending_runs_skips_done_runs_and_starts_none_after_the_deadline(tmp_pat
     table.add({"corpus": "enwik8", "row": "plain", "seed": 11, "status": "ok"})
     plan = clw_study.plan_runs(seeds=(11,), corpora=("enwik8",), rows=("plain", "workspace", "anchored_loop"))
     assert [k["row"] for k in study_results.pending_runs(plan, table)] == ["workspace", "anchored_loop"]
-    # (key, config) pairs, as the DRT plan gives them, are yielded whole
-    assert [item[1] for item in study_results.pending_runs([(k, i) for i, k in enumerate(plan)], table)] == [1, 2]
     clock = iter([0.0, 30.0, 90.0, 200.0])  # minutes 0 (start), 0.5, 1.5, ...
     monkeypatch.setattr(study_results.time, "monotonic", lambda: next(clock))
     messages = []

@@ -102,16 +102,15 @@ def run_label(key: dict) -> str:
 def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
     """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
     run starts (the one in progress finishes), so a study fits a machine booking without losing a run
-    half-way. `plan` items are keys, or (key, anything) pairs. Each run is claimed (a lock held until the
-    caller asks for the next one): a run another process has claimed is skipped, not trained twice."""
+    half-way. `plan` is a list of run keys. Each run is claimed (a lock held until the caller asks for the
+    next one): a run another process has claimed is skipped, not trained twice."""
     deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
-    for item in plan:
-        key = item[0] if isinstance(item, tuple) else item
+    for key in plan:
         if results.has(**key):
             continue
         if deadline is not None and time.monotonic() > deadline:
             results.reload()
-            left = sum(not results.has(**(i[0] if isinstance(i, tuple) else i)) for i in plan)
+            left = sum(not results.has(**k) for k in plan)
             log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
             return
         name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join(f"{k}={v}" for k, v in key.items()))
@@ -123,7 +122,7 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
             results.reload()  # finished by another process while this one worked on earlier runs?
             if results.has(**key):
                 continue
-            yield item
+            yield key
 
 
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
