@@ -29,15 +29,19 @@ def atomic_path(path: Path):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
-        yield tmp
-        os.replace(tmp, path)
+        os.chmod(tmp, 0o666 & ~umask())
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except OSError as err:  # disk full, read-only folder ...: name the user's file, not the temporary one
+            raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (files get 0o666 & ~umask, as a plain open() gives them)."""
     mask = os.umask(0)  # reading the umask means setting it: set it straight back
     os.umask(mask)
     return mask

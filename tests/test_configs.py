@@ -42,7 +42,9 @@ def test_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"^optim\.betas: expected a list"):
         load_run_config(base=QUICKSTART, overrides=["optim.betas=0.9"])
     with pytest.raises(ConfigError, match=r"^train\.max_steps / train\.max_targets"):
-        load_run_config(base=QUICKSTART, overrides=["train.max_targets=100"])
+        load_run_config(base=QUICKSTART, overrides=["train.max_targets=100", "train.max_steps=5"])
+    # one budget alone replaces the other (a recipe counted in updates, extended in targets)
+    assert load_run_config(base=QUICKSTART, overrides=["train.max_targets=100"]).train.max_steps is None
     with pytest.raises(ConfigError, match=r"^train\.precision: 'fp16' is not one of"):
         load_run_config(base=QUICKSTART, overrides=["train.precision=fp16"])
     with pytest.raises(ConfigError, match=r"^model\.context_length"):

@@ -60,6 +60,11 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert needle in err and len(err.splitlines()) == 1, err
     (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\nnot json\n')
+    (tmp_path / "bad" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\nnot json\n{"step": 2, "loss": 1}\n')
     with pytest.raises(CurveError, match="metrics.jsonl:2: not a JSON line"):
         plot_runs([tmp_path / "bad"], tmp_path / "y.png")
+    # a torn last line (a live run mid-write, or a kill) is skipped with a note, not an error
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\n{"st')
+    plot_runs([tmp_path / "torn"], tmp_path / "z.png")
+    assert "skipped a torn last line" in capsys.readouterr().err

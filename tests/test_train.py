@@ -147,8 +147,8 @@ def test_resume_refuses_a_different_config(corpus, tmp_path):
 def test_checkpoint_is_self_contained_and_pickle_free(corpus, tmp_path):
     train(tiny_run_config(corpus, train={"max_steps": 2}), tmp_path / "run").run()
     folder = tmp_path / "run/checkpoints/last"
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "trainer.json",
-                                                        "trainer.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "manifest.json", "model.safetensors",
+                                                        "trainer.json", "trainer.safetensors"]
     assert json.loads((folder / "config.json").read_text())["model"]["arch"] == "transformer"
     assert not list((tmp_path / "run/checkpoints").glob(".*"))  # no temporary folders left behind
 
@@ -191,6 +191,7 @@ def test_bad_files_are_one_line(corpus, tmp_path, capsys):
 def test_corrupt_checkpoint_is_one_line(corpus, tmp_path, capsys):
     train(tiny_run_config(corpus, train={"max_steps": 2}), tmp_path / "run").run()
     folder = tmp_path / "run/checkpoints/last"
+    (folder / "manifest.json").unlink()  # as written before checksums: the file itself must be checked
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
     code, _, err = run_cli(capsys, "eval", folder)
     assert code == 2 and "corrupt safetensors" in err and len(err.strip().splitlines()) == 1

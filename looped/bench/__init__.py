@@ -3,7 +3,8 @@
     looped bench train  [--arch A] [--dim D] [--seq S] [--batch B] [--steps N] [--threads T] [--out PATH]
     looped bench decode [--arch A] [--context C] [--out PATH]
 
-Each benchmark writes a JSON record (default results/bench/<name>.json) and prints a short summary.
+Each benchmark writes a JSON record (default runs/bench/<name>.json: the committed results/bench files are
+only replaced when --out names them) and prints a short summary.
 The CLI wires these in with `register_cli(subparsers)` and calls `args.func(args)`; `cli(argv)` runs the
 same commands standalone (`python -c "import looped.bench as b; b.cli(['train'])"`).
 """

@@ -26,7 +26,7 @@ from .common import environment, print_table, summarize, torch_threads, write_js
 from .decode import decode_pass
 from .train import make_train_step, time_interleaved
 
-DEFAULT_OUT = Path("results/bench/clw.json")
+DEFAULT_OUT = Path("runs/bench/clw.json")
 GOAL_RATIO = 1.10
 
 

@@ -24,7 +24,7 @@ from ..train.config import QUICKSTART
 from ..config import merge
 from .common import environment, write_json
 
-DEFAULT_OUT = Path("results/bench/ddp.json")
+DEFAULT_OUT = Path("runs/bench/ddp.json")
 
 
 def losses(run: Path) -> list[float]:

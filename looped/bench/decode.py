@@ -21,7 +21,7 @@ import torch
 
 from .common import build_lm, environment, print_table, summarize, torch_threads, write_json
 
-DEFAULT_OUT = Path("results/bench/decode.json")
+DEFAULT_OUT = Path("runs/bench/decode.json")
 VOCAB = 257
 TARGET_SPEEDUP = 10.0
 GOAL_CONTEXT = 512

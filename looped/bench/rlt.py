@@ -35,7 +35,7 @@ from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, torch_threads, write_json
 from .train import make_train_step, time_interleaved
 
-DEFAULT_OUT = Path("results/bench/rlt.json")
+DEFAULT_OUT = Path("runs/bench/rlt.json")
 INTERVALS = (1, 2, 4, 8, 16, 32)
 GOALS = {"rlt1_over_rlt0": 2.0, "chunk4_over_rlt0": 1.3}
 VOCAB = 277

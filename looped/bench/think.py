@@ -44,7 +44,7 @@ from ..infer.decode import SamplingPolicy, decode_loop
 from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, time_once, torch_threads, write_json
 
-DEFAULT_OUT = Path("results/bench/think.json")
+DEFAULT_OUT = Path("runs/bench/think.json")
 DEFAULT_STEPS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_BATCHES = (1, 8, 32)  # 128 works too (--batches 1,32,128) but takes several minutes on 2 CPU cores
 FLAT_TOLERANCE = 0.05

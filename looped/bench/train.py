@@ -21,7 +21,7 @@ from torch import nn
 from .common import (build_lm, count_parameters, environment, print_table, summarize, time_once,
                      torch_threads, write_json)
 
-DEFAULT_OUT = Path("results/bench/train.json")
+DEFAULT_OUT = Path("runs/bench/train.json")
 VOCAB = 257
 TARGET_RATIO = 0.95
 # The shape the throughput goal is stated for: seed 000's small budget.

@@ -12,21 +12,39 @@ def add_set(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
 
 
-def fail(message: str) -> int:
+def fail(message: str, code: int = 2) -> int:
     print(f"looped: error: {message}", file=sys.stderr)
-    return 2
+    return code
+
+
+def user_error_types() -> tuple[type, ...]:
+    """Exceptions that mean "the input or the environment is wrong", reported in one line: the project's own
+    (ConfigError, CheckpointError, DataError, TaskError ... are ValueErrors; training and run-folder errors)
+    and OSError (missing or unwritable path, full disk). Anything else is a bug and keeps its traceback."""
+    import torch
+
+    from ..train.run_folder import RunFolderError
+    from ..train.trainer import TrainingError
+
+    return ValueError, OSError, TrainingError, RunFolderError, torch.OutOfMemoryError
+
+
+def describe(err: BaseException) -> str:
+    """One line naming the problem (an OSError names its file)."""
+    if isinstance(err, OSError) and err.filename and err.strerror:
+        return f"{err.filename}: {err.strerror}"
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Call the parsed command; bad input becomes one line on stderr and exit status 2 (LOOPED_DEBUG=1 shows
-    the traceback instead)."""
-    from ..config import ConfigError
-
+    """Call the parsed command: user errors become one stderr line and a non-zero exit (LOOPED_DEBUG=1 shows the
+    traceback); a bug keeps its traceback; Ctrl-C outside training ends quietly with status 130."""
     try:
         return args.func(args) or 0
-    except (ConfigError, ValueError, RuntimeError, OSError) as err:
-        if os.environ.get("LOOPED_DEBUG"):
-            raise
-        return fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
     except KeyboardInterrupt:
-        return fail("interrupted")
+        return fail("interrupted", 130)
+    except Exception as err:
+        if os.environ.get("LOOPED_DEBUG") or not isinstance(err, user_error_types()):
+            raise
+        return fail(describe(err), getattr(err, "exit_code", 2))

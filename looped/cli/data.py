@@ -26,6 +26,14 @@ def cmd_data_info(args) -> int:
     from ..train import load_run_config
 
     config = load_run_config(args.config, args.set)
+    if config.task.kind != "lm":  # a synthetic task: what the trainer would train and validate on
+        from ..config import to_dict
+        from ..train.tasks import make_task
+
+        task = make_task(config, log=lambda message: None)
+        print(json.dumps({"task": to_dict(config.task), "describe": task.description,
+                          "targets_per_sequence": task.targets_per_sequence}, indent=2))
+        return 0
     streams = load_streams(config.data)
     info = {"corpus": streams.name, "unit": streams.unit, "describe": streams.describe(),
             "train_symbols": int(len(streams.train)), "heldout_symbols": int(len(streams.heldout)),
@@ -42,7 +50,7 @@ def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_neg
 
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")
-    if hard_negatives and name != "graph":
+    if hard_negatives and name not in ("graph", "graph_hard"):
         raise ValueError("--hard-negatives applies to the graph task only")
     task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}))
     rng = rng_for(seed)
@@ -67,7 +75,7 @@ def add_commands(sub) -> None:
     d.add_argument("name", choices=["enwik8", "wikitext103", "tinystories"])
     d.add_argument("--dir", default="data")
     d.set_defaults(func=cmd_data_download)
-    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus")
+    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus (or its synthetic task)")
     d.add_argument("config", nargs="+")
     add_set(d)
     d.set_defaults(func=cmd_data_info)
@@ -76,9 +84,10 @@ def add_commands(sub) -> None:
 
 def add_data_show(data_subparsers) -> argparse.ArgumentParser:
     from ..data.tasks import task_names
+    from ..data.tasks.base import ALIASES
 
     d = data_subparsers.add_parser("show", help="print generated examples of a synthetic task")
-    d.add_argument("task", choices=task_names())
+    d.add_argument("task", choices=task_names() + sorted(ALIASES), help="a task, or a study recipe's name for one")
     d.add_argument("--n", type=int, default=3, help="how many examples")
     d.add_argument("--difficulty", type=int, help="hops / depth / length (default: the task's training mix)")
     d.add_argument("--hard-negatives", action="store_true", help="graph: negatives with no local cue")

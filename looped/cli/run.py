@@ -20,9 +20,15 @@ from .common import add_set
 
 # --- commands -------------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
+    from ..config import to_dict
     from ..train import Trainer, load_run_config
 
-    config = load_run_config(args.config, args.set)
+    if args.config:
+        config = load_run_config(args.config, args.set)
+    elif args.resume and args.out:  # the run's own config (+ --set for the keys a resume may change)
+        config = load_run_config(None, args.set, base=to_dict(run_config(args.out)))
+    else:
+        raise ValueError("give config file(s), or --out RUN --resume to continue a run with its own config")
     out = Path(args.out or Path("runs") / "_".join(Path(c).stem for c in args.config))
     summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
     if os.environ.get("RANK", "0") == "0":
@@ -30,46 +36,100 @@ def cmd_train(args) -> int:
     return 0
 
 
+def run_config(run: str):
+    """The RunConfig of a run folder's newest complete checkpoint."""
+    from ..train import checkpoint as ckpt
+
+    last = ckpt.find_checkpoint(Path(run) / "checkpoints" / "last")
+    if last is None:
+        raise ckpt.CheckpointError(f"{run}: no checkpoint to resume in {Path(run) / 'checkpoints' / 'last'}")
+    return ckpt.read_config(last)
+
+
+# Commands that score a run trained on a task other than next-byte prediction ("lm").
+OWN_COMMANDS = {"sequence": "`looped lengths RUN` (accuracy by length) or `looped continue RUN`",
+                "reasoning": "`looped think RUN --input ...` or `looped reproduce drt`"}
+
+
+def load_lm_run(run: str, which: str | None, command: str):
+    """(model, RunConfig, checkpoint folder) of a language-model run; other runs are refused, pointing to the
+    command that scores them (eval would otherwise score a parity model on KJV bytes)."""
+    from ..train import load_model
+
+    folder = resolve_checkpoint(run, which)
+    model, config = load_model(folder)
+    kind = getattr(config.task, "kind", "lm")
+    if kind != "lm":
+        name = getattr(config.task, "name", kind)
+        raise ValueError(f"{run} was trained on the {name} task (task.kind {kind}), not on text; `looped {command}` "
+                         f"scores text models: use {OWN_COMMANDS.get(kind, 'the command of its task')}")
+    return model, config, folder
+
+
 def _eval_config(args):
     from ..config import from_dict, merge, parse_overrides, to_dict
-    from ..train import RunConfig, load_model
+    from ..train import RunConfig
 
-    model, config = load_model(resolve_checkpoint(args.run, args.which))
-    if args.set:  # e.g. --set data.path=other.txt to score another held-out stream
-        config = from_dict(RunConfig, merge(to_dict(config), parse_overrides(args.set)))
-    return model, config
+    model, config, folder = load_lm_run(args.run, args.which, "eval")
+    changes = parse_overrides(args.set)
+    wrong = [f"{section}.{key}" for section, values in changes.items() if section != "data"
+             for key in (values if isinstance(values, dict) else [""])]
+    if wrong:  # model / train / optim keys would be ignored: the weights fix them
+        raise ValueError(f"--set {wrong[0]}: eval takes only data.* keys (what is scored); the checkpoint fixes "
+                         f"the rest (see --rounds, --batch-size, --exit-threshold)")
+    if changes:  # e.g. --set data.path=other.txt to score another held-out stream
+        config = from_dict(RunConfig, merge(to_dict(config), changes))
+    return model, config, folder
 
 
 def cmd_eval(args) -> int:
     from ..data import load_streams, to_blocks
     from ..eval import evaluate_lm
 
-    model, config = _eval_config(args)
-    streams = load_streams(config.data)
-    blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{streams.name} held-out")
-    start = time.perf_counter()
-    result = evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
-                         rounds=args.rounds, unit=streams.unit, progress=not args.no_progress,
-                         exit_threshold=args.exit_threshold, by_position=args.by_position)
-    result.update(checkpoint=str(resolve_checkpoint(args.run, args.which)), corpus=streams.name,
-                  seconds=round(time.perf_counter() - start, 2))
-    text = json.dumps(result, indent=2)
+    model, config, folder = _eval_config(args)
+    if args.file:
+        if args.set:
+            raise ValueError("--file scores whole files; it takes no --set data.* keys")
+        sources = [(str(path), *file_blocks(path, config)) for path in args.file]
+    else:
+        streams = load_streams(config.data)
+        sources = [(streams.name, to_blocks(streams.heldout, config.data.block_size,
+                                            name=f"{streams.name} held-out"), streams.unit)]
+    results = []
+    for name, blocks, unit in sources:
+        start = time.perf_counter()
+        result = evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
+                             rounds=args.rounds, unit=unit, progress=not args.no_progress,
+                             exit_threshold=args.exit_threshold, by_position=args.by_position)
+        where = {"file": name} if args.file else {"corpus": name}
+        results.append({**result, "checkpoint": str(folder), **where, "seconds": round(time.perf_counter() - start, 2)})
+    text = json.dumps(results if args.file and len(results) > 1 else results[0], indent=2)
     print(text)
     if args.out:
         atomic_write_text(Path(args.out), text + "\n")
     return 0
 
 
+def file_blocks(path: str, config):
+    """(blocks, unit) of a whole text file, cut like the run's training blocks (the incomplete tail of fewer
+    than block_size bytes is left out). Byte-level runs only."""
+    from ..data import bytes_to_stream, to_blocks
+    from ..data.corpora import read_bytes
+
+    if config.data.corpus == "wikitext103":
+        raise ValueError("--file: this run reads WikiText symbols (bytes plus a row separator), not plain files")
+    return to_blocks(bytes_to_stream(read_bytes(path)), config.data.block_size, name=str(path)), "byte"
+
+
 def cmd_generate(args) -> int:
     import torch
 
     from ..infer import decode_byte_text, encode_byte_text, generate
-    from ..train import load_model
 
     # One token at a time is a chain of tiny kernels: waking a second thread costs more than it saves
     # (looped bench decode: ~1.5-2x faster per token with one thread on 2 cores).
     torch.set_num_threads(args.threads)
-    model, _ = load_model(resolve_checkpoint(args.run, args.which))
+    model, _, _ = load_lm_run(args.run, args.which, "generate")
     prompt = encode_byte_text(args.prompt)
     room = max(model.config.context_length - prompt.shape[1], model.config.context_length // 2)
     ids = generate(model, prompt, args.max_new_tokens if args.max_new_tokens is not None else room,
@@ -130,8 +190,7 @@ def cmd_quickstart(args) -> int:
     out = Path(args.out)
     start = time.perf_counter()
     if not ckpt.run_finished(out):
-        resume = ckpt.is_checkpoint(out / "checkpoints" / "last")
-        Trainer(config, out, resume=resume, progress=not args.no_progress).run()
+        Trainer(config, out, resume="auto", progress=not args.no_progress).run()
     model, config = load_model(resolve_checkpoint(str(out)))
     streams = load_streams(config.data)
     result = evaluate_lm(model, to_blocks(streams.heldout, config.data.block_size, name="kjv held-out"),
@@ -154,10 +213,12 @@ def cmd_quickstart(args) -> int:
 def add_commands(sub) -> None:
     """Add train, eval, generate, plot, params and quickstart to the `looped` sub-commands."""
     p = sub.add_parser("train", help="train from YAML config(s) (works under torchrun too)")
-    p.add_argument("config", nargs="+", help="YAML files, merged left to right")
+    p.add_argument("config", nargs="*", help="YAML files, merged left to right (none with --resume: the run's own)")
     add_set(p)
     p.add_argument("--out", help="run folder (default runs/<config name>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from checkpoints/last")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest checkpoint (--set may change the budget, "
+                        "logging, evaluation/checkpoint cadence, threads)")
     p.add_argument("--stop-after", type=int, help="stop after this many updates in total (as if killed)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
@@ -177,6 +238,8 @@ def add_commands(sub) -> None:
             p.add_argument("--batch-size", type=int, default=16)
             p.add_argument("--by-position", action="store_true",
                            help="also report the score by target position (buckets 1, 2-3, 4-7, ...)")
+            p.add_argument("--file", nargs="+", metavar="PATH",
+                           help="score the whole of each text file instead of the run's held-out stream")
             p.add_argument("--out", help="also write the JSON here")
             p.add_argument("--no-progress", action="store_true")
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from ..io import atomic_save_figure
@@ -29,11 +30,15 @@ def read_metrics(run: Path) -> list[dict]:
     if not path.is_file():
         raise CurveError(f"{run}: no metrics.jsonl (not a run folder)")
     lines = []
-    for number, text in enumerate(path.read_text().splitlines(), 1):
+    texts = path.read_text().splitlines()
+    for number, text in enumerate(texts, 1):
         if text.strip():
             try:
                 lines.append(json.loads(text))
             except json.JSONDecodeError:
+                if number == len(texts):  # torn by a kill, or being written by a live run: skip it
+                    print(f"looped: note: {path}: skipped a torn last line", file=sys.stderr)
+                    continue
                 raise CurveError(f"{path}:{number}: not a JSON line") from None
     if not lines:
         raise CurveError(f"{path}: empty")

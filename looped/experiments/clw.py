@@ -114,7 +114,8 @@ CPU_RECIPE = {
     "optim": {"lr": 2.0e-3, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1, "grad_clip": 1.0,
               "schedule": "cosine", "warmup_steps": 50, "min_lr": 2.0e-4},
     "train": {"batch_size": 8, "max_targets": 2_048_000, "precision": "fp32", "eval_every": 0, "eval_batches": 0,
-              "eval_batch_size": 16, "select": "last", "log_every": 10},
+              "eval_batch_size": 16, "select": "last", "log_every": 10,
+              "checkpoint_every": 100},  # no evaluation before the end: a kill loses at most 100 updates
 }
 CORPORA = ("enwik8", "tinystories")
 SHARED = Path("../shared/corpora")

@@ -18,9 +18,12 @@ from ..data import load_streams, to_blocks
 from ..eval import evaluate_lm
 from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
+from ..train import checkpoint as ckpt
+from ..train.config import one_budget
 from . import clw
 from . import results as runner
-from .results import ResultTable, add_study_options, format_mean_sd, mean_sd, pending_runs, status_report
+from .results import (ResultTable, add_study_options, check_names, format_mean_sd, mean_sd, pending_runs,
+                      status_report, study_folders)
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status"]
@@ -42,7 +45,7 @@ def run_config(row: str, corpus: str, seed: int, overrides: dict | None = None, 
     recipe, data_section = (clw.CPU_RECIPE, clw.CPU_DATA) if scale == "cpu" else (clw.RECIPES[budget], clw.FULL_DATA)
     data = {"model": clw.model_section(budget, row, ffn_dim), **recipe, "data": data_section[corpus]}
     data = merge(data, {"train": {"seed": seed}})
-    return from_dict(RunConfig, merge(data, overrides or {}))
+    return from_dict(RunConfig, one_budget(merge(data, overrides or {}), overrides or {}))
 
 
 def results_table(out: Path) -> ResultTable:
@@ -119,7 +122,7 @@ def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_c
 
 def heldout_model(folder: Path, corpus: str):
     """(model, held-out blocks, unit) of a finished run, from its last checkpoint."""
-    model, config = load_model(folder / "checkpoints" / "last")
+    model, config = load_model(ckpt.run_checkpoint(folder))
     streams = load_streams(config.data)
     return model, to_blocks(streams.heldout, config.data.block_size, name=f"{corpus} held-out"), streams.unit
 
@@ -141,7 +144,7 @@ def backfill_positions(plan: list[dict], results: ResultTable, positions: Result
     """Score by position the finished runs that have no positions rows yet (runs finished before the study
     kept them), where the run folder is still on disk; each such run is claimed like a training run."""
     todo = [key for key in plan if results.has(**key, status="ok") and not positions.has(**key)
-            and (run_folder(runs, key) / "checkpoints" / "last").is_dir()]
+            and ckpt.find_checkpoint(run_folder(runs, key) / "checkpoints" / "last") is not None]
     for key in pending_runs(todo, positions, log=log):
         log(f"scoring by position: {key['corpus']} / {key['row']} / seed {key['seed']}")
         model, blocks, unit = heldout_model(run_folder(runs, key), key["corpus"])
@@ -159,8 +162,7 @@ def early_exit_sweep(model, blocks, unit: str, key: dict, table: ResultTable) ->
 
 
 def _meta(folder: Path) -> dict:
-    import json
-    return json.loads((folder / "checkpoints" / "last" / "trainer.json").read_text())
+    return ckpt.trainer_meta(ckpt.run_checkpoint(folder))
 
 
 def _targets(folder: Path) -> int:
@@ -384,14 +386,15 @@ def reproduce(args: argparse.Namespace) -> int:
     """`looped reproduce clw ...`: run the study (or list its status), print the table."""
     from ..config import parse_overrides
 
-    corpora = args.corpora or (clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA))
-    out = Path(args.out or (f"results/clw_{args.scale}" if args.scale == "cpu" else f"results/clw_{args.budget}"))
-    seeds, rows = args.seeds or clw.SEEDS, args.rows or tuple(clw.ROWS)
+    known_corpora = clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA)
+    corpora = check_names("--corpora", args.corpora, known_corpora) or known_corpora
+    seeds, rows = args.seeds or clw.SEEDS, check_names("--rows", args.rows, tuple(clw.ROWS)) or tuple(clw.ROWS)
+    out, runs = study_folders(args.out, args.runs, f"clw_{args.scale}" if args.scale == "cpu" else f"clw_{args.budget}")
     if args.status:
         print(status_report(results_table(out), plan_runs(seeds=seeds, corpora=corpora, rows=rows),
                             f"clw {args.scale}"), end="")
         return 0
-    run_study(out, Path(args.runs or f"runs/{out.name}"), seeds=seeds, corpora=corpora, rows=rows,
+    run_study(out, runs, seeds=seeds, corpora=corpora, rows=rows,
               overrides=parse_overrides(args.set), progress=not args.no_progress, scale=args.scale,
               budget=args.budget, stop_after=args.stop_after)
     print((out / "table.md").read_text())

@@ -108,8 +108,10 @@ def run_config(task: str, scale: str = "cpu", arch: str = "drt", seed: int = SEE
     """A validated RunConfig of one recipe (+ overrides, merged over it)."""
     from ..train import RunConfig
     from ..train import reasoning  # noqa: F401  (registers task kind "reasoning")
+    from ..train.config import one_budget
 
-    return from_dict(RunConfig, merge(recipe(task, scale, arch, seed, alpha), overrides or {}))
+    overrides = overrides or {}
+    return from_dict(RunConfig, one_budget(merge(recipe(task, scale, arch, seed, alpha), overrides), overrides))
 
 
 def describe(task: str, scale: str) -> str:

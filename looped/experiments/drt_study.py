@@ -30,9 +30,10 @@ from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate
                               plot_heatmap, shortcut_accuracy)
 from ..train import RunConfig, load_model
 from ..train import reasoning as rtask
+from ..train.run_folder import read_metrics
 from . import drt
 from . import results as runner
-from .results import ResultTable, add_study_options, format_mean_sd, status_report
+from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -82,7 +83,8 @@ class TestSets:
 
 def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | None, batch_size: int) -> dict:
     """Grid, ID/OOD, shortcut, gates and the depth-embedding diagnostic of one finished run."""
-    model, config = load_model(folder / "checkpoints" / "last")
+    last = ckpt.run_checkpoint(folder)
+    model, config = load_model(last)
     test = tests.get(config.task)
     grid = evaluate_grid(model, test, rtask.eval_steps(config.task), batch_size=batch_size)
     trained = rtask.trained_difficulties(config.task)
@@ -93,7 +95,7 @@ def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | 
         diagnostic = depth_embedding_diagnostic(model, per_bucket_subset(test, diagnostic_per_bucket),
                                                 grid.budgets, hi, batch_size=batch_size)
         diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))
-    meta = json.loads((folder / "checkpoints" / "last" / "trainer.json").read_text())
+    meta = ckpt.trainer_meta(last)
     ood = summary["ood_difficulties"]
     return {"config": config, "model": model, "grid": grid, "summary": summary, "trained_steps": (lo, hi),
             "trained_difficulties": (min(trained), max(trained)),
@@ -120,7 +122,7 @@ def _last_val_accuracy(folder: Path) -> float | None:
     path = folder / "metrics.jsonl"
     if not path.exists():
         return None
-    values = [json.loads(line).get("val_accuracy") for line in path.read_text().splitlines() if line]
+    values = [e.get("val_accuracy") for e in read_metrics(path)]
     values = [v for v in values if v is not None]
     return values[-1] if values else None
 
@@ -136,8 +138,8 @@ def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets,
         if row.get("status") != "ok" or row.get("cross_id_accuracy") or drt.TASKS.get(row["task"]) != "graph":
             continue
         name = run_name(row["task"], row["arch"], float(row["alpha"]), int(row["seed"]))
-        last = runs / name / "checkpoints" / "last"
-        if not last.exists():
+        last = ckpt.find_checkpoint(runs / name / "checkpoints" / "last")
+        if last is None:
             continue
         log(f"== drt: {name} on the other negative generator")
         model, config = load_model(last)
@@ -424,11 +426,9 @@ def reproduce(args: argparse.Namespace) -> int:
     """`looped reproduce drt ...`: run the study, print the table."""
     from ..config import parse_overrides
 
-    out = Path(args.out or f"results/drt_{args.scale}")
-    tasks = args.tasks or drt.PAPER_TASKS
-    unknown = [t for t in tasks if t not in drt.TASKS]
-    if unknown:
-        raise ValueError(f"--tasks: unknown DRT recipe {unknown[0]!r} (known: {', '.join(drt.TASKS)})")
+    tasks = check_names("--tasks", args.tasks, tuple(drt.TASKS), {"boolean": "logic"}) \
+        or drt.PAPER_TASKS
+    out, runs = study_folders(args.out, args.runs, f"drt_{args.scale}")
     archs, alphas = args.archs or ("drt",), args.alphas or (0.0,)
     selection = dict(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs), seeds=tuple(args.seeds or drt.SEEDS),
                      alphas=tuple(alphas), overrides=parse_overrides(args.set))
@@ -437,7 +437,7 @@ def reproduce(args: argparse.Namespace) -> int:
         print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
         return 0
     per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None
-    run_study(out, Path(args.runs or f"runs/{out.name}"), **selection, progress=not args.no_progress,
+    run_study(out, runs, **selection, progress=not args.no_progress,
               stop_after=args.stop_after, diagnostic_per_bucket=per_bucket)
     print((out / "table.md").read_text())
     return 0

@@ -94,6 +94,37 @@ def exclusive_lock(path: Path, *, wait: bool = True):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def check_names(option: str, given, known, aliases: dict[str, str] | None = None) -> tuple[str, ...] | None:
+    """`given` with aliases replaced (e.g. drt --tasks boolean -> logic); ValueError naming the first unknown
+    name. None stays None (the caller's default)."""
+    if not given:
+        return None
+    aliases = aliases or {}
+    names = tuple(aliases.get(name, name) for name in given)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"{option}: unknown name {unknown[0]!r} (known: {', '.join(known)})")
+    return names
+
+
+def repository_root() -> Path | None:
+    """The checkout this package runs from (an editable install), where results/ lives; None otherwise."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "results").is_dir() else None
+
+
+def study_folders(out: str | None, runs: str | None, default_name: str, log=None) -> tuple[Path, Path]:
+    """(results folder, run folders) of a study: --out / --runs as given, else results/<name> and
+    runs/<name> of the repository (not of the current directory); says which folders it uses."""
+    import sys
+
+    base = repository_root() or Path.cwd()
+    results = Path(out) if out else base / "results" / default_name
+    run_root = Path(runs) if runs else base / "runs" / results.name
+    (log or (lambda m: print(m, file=sys.stderr)))(f"looped: results in {results}, run folders in {run_root}")
+    return results, run_root
+
+
 def run_label(key: dict) -> str:
     """How logs and --status name a run: its key values joined by ' / '."""
     return " / ".join(str(v) for v in key.values())
@@ -145,8 +176,7 @@ def train_one(config, folder: Path, progress: bool, log) -> float:
     if ckpt.run_finished(folder):
         return 0.0
     start = time.perf_counter()
-    resume = ckpt.is_checkpoint(Path(folder) / "checkpoints" / "last")
-    Trainer(config, folder, resume=resume, progress=progress, log=log).run()
+    Trainer(config, folder, resume="auto", progress=progress, log=log).run()
     return time.perf_counter() - start
 
 
@@ -166,8 +196,8 @@ def add_study_options(parser, paper: str) -> None:
     """The options every `looped reproduce <paper>` shares; a study adds its own after these."""
     parser.add_argument("--scale", choices=["cpu", "full"], default="cpu")
     parser.add_argument("--seeds", type=int, nargs="+")
-    parser.add_argument("--out", help=f"results folder (default results/{paper}_<scale>)")
-    parser.add_argument("--runs", help="run folders (default runs/<results folder name>)")
+    parser.add_argument("--out", help=f"results folder (default results/{paper}_<scale> of the repository)")
+    parser.add_argument("--runs", help="run folders (default runs/<results folder name> of the repository)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--status", action="store_true",
                         help="list the planned runs as done / failed / to do and exit (trains nothing)")

@@ -14,7 +14,6 @@ paper's recipe in the header) and <task>.png / feedback.png (accuracy vs test le
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -22,10 +21,13 @@ from ..config import from_dict, merge, parse_overrides
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
 from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
+from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
+from ..train.config import one_budget
+from ..train.run_folder import read_metrics
 from . import rlt
 from . import results as runner
-from .results import ResultTable, add_study_options, format_mean_sd, status_report
+from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -35,7 +37,8 @@ LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss"
 
 def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu") -> RunConfig:
     """The recipe of one (task, row, seed) at a scale, with `overrides` merged on top (same for every row)."""
-    return from_dict(RunConfig, merge(rlt.run_config_dict(task, row, scale, seed), overrides or {}))
+    return from_dict(RunConfig, one_budget(merge(rlt.run_config_dict(task, row, scale, seed), overrides or {}),
+                                            overrides or {}))
 
 
 def results_table(out: Path) -> ResultTable:
@@ -82,7 +85,7 @@ class RltStudy:
     def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
         task, seed, row = key["task"], key["seed"], key["row"]
         start = time.perf_counter()
-        model, config = load_model(folder / "checkpoints" / "best")
+        model, config = load_model(ckpt.run_checkpoint(folder, "best"))
         has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
                                    lengths=(self.test_lengths or {}).get(task), n=self.test_size,
@@ -131,15 +134,14 @@ def _fmt(value) -> str:
 
 
 def _trainer_meta(folder: Path) -> dict:
-    return json.loads((folder / "checkpoints" / "last" / "trainer.json").read_text())
+    return ckpt.trainer_meta(ckpt.run_checkpoint(folder))
 
 
 def _best_validation(folder: Path) -> dict:
     """The validation record of the selected (best) checkpoint, from metrics.jsonl."""
     best_step = _trainer_meta(folder)["best_step"]
     path = folder / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        event = json.loads(line)
+    for event in read_metrics(path) if path.exists() else []:
         if event["step"] == best_step and "val_loss" in event:
             return event
     return {}
@@ -280,13 +282,14 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
 
 def reproduce(args: argparse.Namespace) -> int:
     """`looped reproduce rlt ...`: run the study (or list its status), print the table."""
-    out = Path(args.out or f"results/rlt_{args.scale}")
-    selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(args.tasks or rlt.STUDY_TASKS),
-                     rows=tuple(args.rows or rlt.STUDY_ROWS))
+    tasks = check_names("--tasks", args.tasks, tuple(rlt.TASKS), {"s5": "s5_standard"}) or rlt.STUDY_TASKS
+    rows = check_names("--rows", args.rows, tuple(rlt.ROWS)) or rlt.STUDY_ROWS
+    out, runs = study_folders(args.out, args.runs, f"rlt_{args.scale}")
+    selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(tasks), rows=tuple(rows))
     if args.status:
         print(status_report(results_table(out), plan_runs(**selection), f"rlt {args.scale}"), end="")
         return 0
-    run_study(out, Path(args.runs or f"runs/{out.name}"), scale=args.scale, **selection,
+    run_study(out, runs, scale=args.scale, **selection,
               overrides=parse_overrides(args.set), progress=not args.no_progress, stop_after=args.stop_after)
     print((out / "table.md").read_text())
     return 0

@@ -29,6 +29,8 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, *, temperature: f
     slide=False refuses a sequence that does not fit instead."""
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError("the prompt must hold at least one token")
+    if max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {max_new_tokens}")
     limit = model.config.context_length
     if not slide and prompt.shape[1] + max_new_tokens > limit:
         raise ValueError(f"sequence too long: prompt {prompt.shape[1]} + {max_new_tokens} new tokens > "

@@ -351,7 +351,7 @@ class WorkspaceLoop(_Anchored):
         ws = self.workspace
         gate, value, query = ws.project(u)
         sums = ws.prefix_sums(gate, value, state.sums[r] if state is not None else None)
-        if state is not None:
+        if state is not None and sums.shape[1]:  # an empty chunk leaves the running sums as they were
             state.sums[r] = sums[:, -1].clone()  # a copy, so the state does not pin the whole chunk's sums
         alpha = ws.slot_weights(query)
         if not self.retain:  # sum_s alpha_s N_s / sqrt(D_s) without materialising M~

@@ -4,15 +4,22 @@
     <folder>/model.safetensors         model weights
     <folder>/trainer.safetensors       optimizer moments, RNG streams, sampler permutation (tensors)
     <folder>/trainer.json              step, targets, best validation loss, optimizer hyper-parameters ...
+    <folder>/manifest.json             SHA-256 of every other file; written last, so it marks a complete folder
 
-A folder is first written under a temporary name and then renamed into place, so a crash mid-write
-leaves the previous checkpoint intact.
+A folder is first written under a temporary name (`.last.tmp-*`) and then renamed into place: `last` moves
+to `.last.old`, the temporary folder to `last`, then `.last.old` is removed. A kill at any instant leaves at
+least one complete checkpoint among these three names; `find_checkpoint` picks the newest complete one and
+`recover_checkpoint` (the trainer, holding the run's lock) renames it back to `last` and removes the rest.
+A loader checks model.safetensors against the manifest, so a damaged file is refused in one line instead of
+evaluating silently; checkpoints written before manifests existed still load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
 import random
 import shutil
 import tempfile
@@ -22,12 +29,13 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_tensor_bytes
 
 from ..config import ConfigError, from_dict, to_dict
-from ..io import atomic_path, atomic_save_figure, atomic_write_text  # noqa: F401  (re-exported: older imports)
+from ..io import atomic_path, atomic_save_figure, atomic_write_text, umask  # noqa: F401  (re-exported)
 
 FILES = ("config.json", "model.safetensors")
+MANIFEST = "manifest.json"
 
 
 class CheckpointError(ValueError):
@@ -36,58 +44,188 @@ class CheckpointError(ValueError):
 
 def write_folder_atomically(folder: Path, files: dict[str, Any]) -> None:
     """files: name -> str (text) | dict[str, Tensor] | (dict[str, Tensor], metadata dict) (safetensors).
-    Replaces `folder` as a whole."""
+    Replaces `folder` as a whole; the folder also gets manifest.json (SHA-256 of each file), written last.
+    The caller must be the folder's only writer (the trainer holds the run's lock)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in _temporary_folders(folder):  # left by a kill mid-write; recover_checkpoint kept any newer one
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
-    tmp.chmod(0o755)
+    tmp.chmod(0o777 & ~umask())
     try:
-        for name, content in files.items():
-            if isinstance(content, str):
-                (tmp / name).write_text(content)
-            else:
-                tensors, metadata = content if isinstance(content, tuple) else (content, None)
-                save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / name),
-                          metadata=metadata)
-        old = folder.with_name(f".{folder.name}.old")
+        digests = {name: _write_file(tmp / name, content) for name, content in files.items()}
+        _write_file(tmp / MANIFEST, json.dumps({"sha256": digests}, indent=1))
+        _fsync(tmp)
+        old = _old_folder(folder)
         if folder.exists():
             if old.exists():
                 shutil.rmtree(old)
             os.replace(folder, old)
         os.replace(tmp, folder)
+        _fsync(folder.parent)
         if old.exists():
             shutil.rmtree(old)
+    except OSError as err:
+        raise OSError(err.errno, f"cannot write checkpoint {folder}: {err.strerror or err}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_file(path: Path, content: Any) -> str:
+    """Write one file of a checkpoint (plain permissions, flushed to disk); its SHA-256."""
+    if isinstance(content, str):
+        data = content.encode()
+    else:
+        from safetensors.torch import save as tensors_to_bytes
+
+        tensors, metadata = content if isinstance(content, tuple) else (content, None)
+        data = tensors_to_bytes({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=metadata)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(path, 0o666 & ~umask())  # every file alike, whoever wrote it
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync(folder: Path) -> None:
+    """Make renames inside `folder` durable (a directory fsync; not available on every platform)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _old_folder(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.old")
+
+
+def _temporary_folders(folder: Path) -> list[Path]:
+    return sorted(folder.parent.glob(f".{folder.name}.tmp-*"))
+
+
+# --- finding the newest complete checkpoint -------------------------------------------------------------
+
 def is_checkpoint(folder: Path) -> bool:
     return all((Path(folder) / f).is_file() for f in FILES)
 
 
-def resolve_checkpoint(path: str, which: str | None = None) -> Path:
-    """A checkpoint folder, or a run folder (checkpoints/<which>, default: the run's train.select)."""
+def read_manifest(folder: Path) -> dict[str, str] | None:
+    """name -> SHA-256 from manifest.json; None for a folder without one (written before manifests)."""
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return dict(json.loads(path.read_text())["sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: corrupt manifest ({err})") from None
+
+
+def is_complete(folder: Path, *, need_manifest: bool = False) -> bool:
+    """Every file a loader needs is there (a temporary folder also needs its manifest, written last)."""
+    folder = Path(folder)
+    if not is_checkpoint(folder):
+        return False
+    try:
+        manifest = read_manifest(folder)
+    except CheckpointError:
+        return False
+    if manifest is None:
+        return not need_manifest
+    return all((folder / name).is_file() for name in manifest)
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The update a checkpoint was written at (-1 when it does not say)."""
+    try:
+        return int(json.loads((Path(folder) / "trainer.json").read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1
+
+
+def find_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint among `folder` (e.g. checkpoints/last), its `.last.old` and its
+    complete `.last.tmp-*` folders, as a kill between the renames of write_folder_atomically leaves them;
+    None when there is none. Ties go to `folder` itself, then to the temporary folder (newer than `.old`)."""
+    folder = Path(folder)
+    candidates = [(folder, 2)] if is_complete(folder) else []
+    candidates += [(tmp, 1) for tmp in _temporary_folders(folder) if is_complete(tmp, need_manifest=True)]
+    old = _old_folder(folder)
+    if is_complete(old):
+        candidates.append((old, 0))
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (checkpoint_step(c[0]), c[1]))[0]
+
+
+def recover_checkpoint(folder: Path) -> Path | None:
+    """Writer side of find_checkpoint: put the newest complete checkpoint back at `folder` and remove the
+    leftovers of an interrupted write. Only the run's lock holder may call this. Returns `folder`, or None."""
+    folder = Path(folder)
+    newest = find_checkpoint(folder)
+    if newest is not None and newest != folder:
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(newest, folder)
+    for leftover in [*_temporary_folders(folder), _old_folder(folder)]:
+        if leftover.exists():
+            shutil.rmtree(leftover, ignore_errors=True)
+    return folder if newest is not None else None
+
+
+def run_checkpoint(run: Path, which: str = "last") -> Path:
+    """The newest complete checkpoints/<which> of a run folder; CheckpointError naming the run otherwise."""
+    found = find_checkpoint(Path(run) / "checkpoints" / which)
+    if found is None:
+        raise CheckpointError(f"{run}: no complete checkpoint in checkpoints/{which}")
+    return found
+
+
+def trainer_meta(folder: Path) -> dict:
+    """trainer.json of a checkpoint folder (step, total_steps, best_step ...)."""
+    path = Path(folder) / "trainer.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: unreadable ({err})") from None
+
+
+def run_finished(run: Path) -> bool:
+    """The run has a checkpoint at its full budget, evaluated (a kill during the final evaluation is not)."""
+    last = find_checkpoint(Path(run) / "checkpoints" / "last")
+    if last is None:
+        return False
+    meta = trainer_meta(last)
+    return meta["step"] >= meta["total_steps"] and meta.get("evaluated_step", meta["step"]) == meta["step"]
+
+
+def resolve_checkpoint(path: str | Path, which: str | None = None, note=None) -> Path:
+    """A checkpoint folder, or the newest complete checkpoints/<which> of a run folder (default: the run's
+    train.select; `best` before any evaluation falls back to `last` with a note). CheckpointError otherwise."""
     folder = Path(path)
+    note = note or (lambda message: print(f"looped: note: {message}", file=sys.stderr))
     if is_checkpoint(folder):
         return folder
     if (folder / "checkpoints").is_dir():
-        if which is None:
-            last = folder / "checkpoints" / "last"
-            which = read_config(last).train.select if is_checkpoint(last) else "last"
-        return folder / "checkpoints" / which
+        last = find_checkpoint(folder / "checkpoints" / "last")
+        wanted = which or (read_config(last).train.select if last is not None else "last")
+        found = find_checkpoint(folder / "checkpoints" / wanted)
+        if found is None and which is None and wanted == "best" and last is not None:
+            note(f"{folder}: no best checkpoint yet (no evaluation so far); using {last}")
+            return last
+        if found is None:
+            raise CheckpointError(f"{folder}: no complete checkpoint in checkpoints/{wanted} yet")
+        return found
     if not folder.exists():
-        raise ValueError(f"{folder}: no such run or checkpoint folder")
-    raise ValueError(f"{folder}: not a checkpoint folder (no config.json/model.safetensors, no checkpoints/)")
-
-
-def run_finished(folder: Path) -> bool:
-    """True when the run in `folder` has a last checkpoint at its full budget."""
-    last = Path(folder) / "checkpoints" / "last"
-    if not is_checkpoint(last):
-        return False
-    meta = json.loads((last / "trainer.json").read_text())
-    return meta["step"] >= meta["total_steps"]
+        raise CheckpointError(f"{folder}: no such run or checkpoint folder")
+    raise CheckpointError(f"{folder}: not a checkpoint folder (no config.json/model.safetensors, no checkpoints/)")
 
 
 def read_config(folder: Path):
@@ -111,12 +249,18 @@ def read_config(folder: Path):
 
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors of a safetensors file, checked against its folder's manifest when there is one."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: missing")
+    data = path.read_bytes()
+    expected = (read_manifest(path.parent) or {}).get(path.name)
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+        raise CheckpointError(f"{path}: damaged file (its SHA-256 differs from the one recorded in "
+                              f"{MANIFEST} when it was written)")
     try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
+        return load_tensor_bytes(data)
+    except (SafetensorError, ValueError) as err:
         raise CheckpointError(f"{path}: corrupt safetensors file ({str(err).splitlines()[0]})") from None
 
 

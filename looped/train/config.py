@@ -105,8 +105,9 @@ def load_run_config(path: str | Path | list | None = None, overrides: list[str] 
     paths = [] if path is None else list(path) if isinstance(path, (list, tuple)) else [path]
     for one in paths:
         data = merge(data, read_yaml(one))
-    data = merge(data, parse_overrides(overrides or []))
-    return from_dict(RunConfig, data)
+    changes = parse_overrides(overrides or [])
+    data = merge(data, changes)
+    return from_dict(RunConfig, one_budget(data, changes))
 
 
 # The `looped quickstart` run (a small Transformer on KJV; README) and the base of `looped bench ddp`.
@@ -117,3 +118,15 @@ QUICKSTART = {
     "train": {"seed": 11, "batch_size": 8, "max_steps": 600, "eval_every": 200, "eval_batches": 0,
               "select": "best", "log_every": 10},
 }
+
+BUDGETS = ("max_steps", "max_targets")
+
+
+def one_budget(data: dict, changes: dict) -> dict:
+    """An override of one training budget replaces the other one (`--set train.max_steps=50` on a recipe that
+    counts targets), unless the override sets both."""
+    changed = [key for key in BUDGETS if key in (changes.get("train") or {})]
+    if len(changed) != 1 or not isinstance(data.get("train"), dict):
+        return data
+    other = BUDGETS[1 - BUDGETS.index(changed[0])]
+    return {**data, "train": {**data["train"], other: None}}

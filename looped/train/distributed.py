@@ -28,7 +28,7 @@ class Dist:
 def pick_device(choice: str, local_rank: int = 0) -> torch.device:
     if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise RuntimeError("train.device=cuda but no CUDA device is available")
+            raise ValueError("train.device=cuda but no CUDA device is available")
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
@@ -62,3 +62,12 @@ def barrier(d: Dist) -> None:
 def shutdown(d: Dist) -> None:
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def any_rank(flag: bool, d: Dist) -> bool:
+    """True on every rank when `flag` is true on any (so all ranks stop at the same update)."""
+    if not d.enabled:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=d.device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())

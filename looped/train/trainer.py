@@ -6,12 +6,20 @@ A run folder holds:
     checkpoints/last/           newest checkpoint (see checkpoint.py)
     checkpoints/best/           lowest held-out loss so far (earliest step on ties)
     tensorboard/                when train.tensorboard is on
+    .run.lock                   held by the training process (see run_folder.py)
+
+Safety: a start without --resume refuses a folder that holds a run; one trainer per folder (lock); Ctrl-C /
+SIGTERM checkpoints the current update, then stops (a second one aborts at once); a non-finite loss, gradient
+or validation loss stops the run before it can reach a checkpoint; `last` is written before the final
+evaluation, so a kill during it loses nothing (resume runs the evaluation).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -26,13 +34,27 @@ from ..io import atomic_write_text
 from ..models import build_model
 from . import checkpoint as ckpt
 from .config import RunConfig
-from .distributed import Dist, all_mean, barrier, init_distributed, shutdown
+from .distributed import Dist, all_mean, any_rank, barrier, init_distributed, shutdown
+from .run_folder import RunLock, existing_run, read_metrics
 from .tasks import make_task
 from .schedule import learning_rate
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (non-finite loss, resume mismatch ...); the message says why."""
+
+
+class TrainingInterrupted(TrainingError):
+    """Ctrl-C / SIGTERM: the current update was checkpointed; the message says how to resume."""
+
+    exit_code = 130
+
+
+# Keys --resume may change: they do not change the updates done so far (budget, logging, evaluation and
+# checkpoint cadence, threads, default checkpoint selection). Anything else would silently mix two runs.
+RESUMABLE_KEYS = frozenset(f"train.{k}" for k in (
+    "max_steps", "max_targets", "log_every", "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every",
+    "threads", "tensorboard", "select"))
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -47,24 +69,60 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def first_difference(a, b, prefix: str = "") -> str | None:
-    """Dotted key of the first difference between two nested dicts (for resume checks)."""
+def first_difference(a, b, prefix: str = "", ignore=frozenset()) -> str | None:
+    """Dotted key of the first difference between two nested dicts, skipping keys in `ignore` (resume checks)."""
+    if prefix in ignore:
+        return None
     if isinstance(a, dict) and isinstance(b, dict):
         for key in list(a) + [k for k in b if k not in a]:
-            found = first_difference(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else key)
+            found = first_difference(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else key, ignore)
             if found:
                 return found
         return None
     return None if a == b else f"{prefix} ({a!r} in the checkpoint, {b!r} now)"
 
 
+class StopSignals:
+    """While active, the first SIGINT/SIGTERM only raises a flag (the trainer checkpoints at the current update
+    and stops); a second one aborts at once (KeyboardInterrupt). Signals can only be caught on the main
+    thread; elsewhere this does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.received: str | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._first) for sig in self.SIGNALS}
+        return self
+
+    def _first(self, signum, frame) -> None:
+        self.received = signal.Signals(signum).name
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._second)
+
+    @staticmethod
+    def _second(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 class Trainer:
-    def __init__(self, config: RunConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
+    def __init__(self, config: RunConfig, out_dir: str | Path, *, resume: bool | str = False, progress: bool = True,
                  log=print):
+        """resume: False = a new run (refused where one exists), True = continue the run in out_dir,
+        "auto" = continue it when it has a checkpoint, else start it (study runners)."""
         self.config, self.out_dir, self.progress = config, Path(out_dir), progress
         self.dist: Dist = init_distributed(config.train.device)
         self._log = log
         self.resume = resume
+        self.checkpoints = self.out_dir / "checkpoints"
+        self.lock: RunLock | None = None
         tc = config.train
         if tc.threads:
             torch.set_num_threads(tc.threads)
@@ -85,12 +143,15 @@ class Trainer:
     # --- set-up ----------------------------------------------------------------------------------------
     def _setup(self) -> None:
         cfg, tc = self.config, self.config.train
-        last = self.out_dir / "checkpoints" / "last"
-        if not self.resume and ckpt.is_checkpoint(last):
-            raise TrainingError(f"{self.out_dir} already holds a run (pass --resume to continue it, or choose "
-                                f"another output folder)")
-        if self.resume and not ckpt.is_checkpoint(last):
-            raise TrainingError(f"--resume: no checkpoint to resume in {last}")
+        last = self.checkpoints / "last"
+        if self.dist.main:
+            self._claim_folder()
+        barrier(self.dist)  # the other ranks read `last` only once rank 0 has recovered it
+        if self.resume == "auto":
+            self.resume = ckpt.find_checkpoint(last) is not None
+        if self.resume and ckpt.find_checkpoint(last) is None:
+            raise TrainingError(f"--resume: no checkpoint to resume in {last} (if the run stopped before its first "
+                                f"checkpoint, delete {self.out_dir} or choose another --out)")
         torch.manual_seed(tc.seed)
         self.model = build_model(cfg.model).to(self.dist.device)
         self.task = make_task(cfg, log=self.log)
@@ -99,6 +160,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
                                            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
+        self.evaluated_step = self.saved_step = -1
         if self.resume:
             self._restore(last)
         self.ddp_model = self.model
@@ -106,9 +168,28 @@ class Trainer:
             self.ddp_model = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dist.local_rank] if self.dist.device.type == "cuda" else None)
         if self.dist.main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.out_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.writer = self._tensorboard() if tc.tensorboard and self.dist.main else None
+
+    def _claim_folder(self) -> None:
+        """Rank 0: refuse a folder holding another run (touching nothing), lock it, and on --resume put the
+        newest complete checkpoint back in place after a kill mid-write."""
+        def refuse_existing_run() -> None:
+            what = existing_run(self.out_dir) if self.resume is False else None
+            if what:
+                raise TrainingError(f"{self.out_dir} already holds a run ({what}); pass --resume to continue it, "
+                                    f"or choose another --out")
+
+        refuse_existing_run()
+        self.lock = RunLock.acquire(self.out_dir)
+        refuse_existing_run()  # again under the lock: another trainer may have started meanwhile
+        if self.resume is not False:
+            for which in ("last", "best"):
+                ckpt.recover_checkpoint(self.checkpoints / which)
+        metrics = self.out_dir / "metrics.jsonl"
+        if self.resume == "auto" and ckpt.find_checkpoint(self.checkpoints / "last") is None and metrics.exists():
+            self.log(f"{self.out_dir}: the run stopped before its first checkpoint; starting it again")
+            metrics.unlink()
 
     def _tensorboard(self):
         try:
@@ -120,15 +201,19 @@ class Trainer:
 
     def _restore(self, folder: Path) -> None:
         saved = ckpt.read_config(folder)
-        diff = first_difference(to_dict(saved), to_dict(self.config))
+        diff = first_difference(to_dict(saved), to_dict(self.config), ignore=RESUMABLE_KEYS)
         if diff:
-            raise TrainingError(f"--resume: the config disagrees with the checkpoint at {diff}")
+            raise TrainingError(f"--resume: the config disagrees with the checkpoint at {diff}; only "
+                                f"{', '.join(sorted(RESUMABLE_KEYS))} may change")
         ckpt.load_weights(self.model, folder)
         tensors = ckpt.read_tensors(folder / "trainer.safetensors")
         try:
             meta = json.loads((folder / "trainer.json").read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ckpt.CheckpointError(f"{folder / 'trainer.json'}: unreadable ({err})") from None
+        if meta["step"] > self.total_steps:
+            raise TrainingError(f"--resume: the run is at update {meta['step']}, past the budget of "
+                                f"{self.total_steps} updates; raise train.max_steps / train.max_targets")
         if meta.get("world") not in (None, self.dist.world) and self.config.data.sampler == "historical":
             self.log(f"resuming a {meta['world']}-process run with {self.dist.world} process(es)")
         ckpt.restore_optimizer(self.optimizer, {k: v.to(self.dist.device) for k, v in tensors.items()}, meta["optim"])
@@ -136,18 +221,30 @@ class Trainer:
         self.task.load_state_dict({**{k[len("task."):]: v for k, v in tensors.items()
                                       if k.startswith("task.")}, **meta["task"]})
         self.step, self.best_loss, self.best_step = meta["step"], meta["best_loss"], meta["best_step"]
+        # checkpoints from before this field were written after their evaluation
+        self.evaluated_step = meta.get("evaluated_step", meta["step"])
+        self.saved_step = self.step
         self._truncate_metrics(self.step)
         self.log(f"resumed {self.out_dir} at update {self.step}/{self.total_steps}")
 
     def _truncate_metrics(self, step: int) -> None:
+        """Drop events after the checkpoint (they will be logged again) and a torn last line."""
         path = self.out_dir / "metrics.jsonl"
         if self.dist.main and path.exists():
-            kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-            atomic_write_text(path, "".join(line + "\n" for line in kept))
+            kept = [e for e in read_metrics(path, warn=self.log) if e["step"] <= step]
+            atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in kept))
 
     # --- the loop ---------------------------------------------------------------------------------------
     def run(self, stop_after: int | None = None) -> dict:
         """Train to the budget (or stop after `stop_after` updates in total, as if killed); return summary."""
+        try:
+            with StopSignals() as signals:
+                return self._run(stop_after, signals)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _run(self, stop_after: int | None, signals: StopSignals) -> dict:
         self._setup()
         tc = self.config.train
         end = self.total_steps if stop_after is None else min(self.total_steps, stop_after)
@@ -160,6 +257,8 @@ class Trainer:
         try:
             window_start, window_targets = time.perf_counter(), 0
             while self.step < end:
+                if any_rank(signals.received is not None, self.dist):
+                    self._stop_on_signal(signals.received or "a signal on another rank")
                 loss, grad_norm = self._update()
                 self.step += 1
                 window_targets += self.targets_per_update
@@ -172,12 +271,15 @@ class Trainer:
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}")
                     window_start, window_targets = time.perf_counter(), 0
                 bar.update(1)
-                final = self.step == self.total_steps
-                if (tc.eval_every and self.step % tc.eval_every == 0) or final:
+                periodic_eval = bool(tc.eval_every) and self.step % tc.eval_every == 0
+                if periodic_eval and self.step != self.total_steps:  # the final one runs after the loop
                     last_eval = self._evaluate()
-                if final or self.step == end or (tc.eval_every and self.step % tc.eval_every == 0) or (
-                        tc.checkpoint_every and self.step % tc.checkpoint_every == 0):
+                if self.step == end or periodic_eval or (tc.checkpoint_every and self.step % tc.checkpoint_every == 0):
                     self._save("last")
+            if self.step == self.total_steps and self.evaluated_step != self.step:
+                # `last` already holds this update: a kill during the final evaluation loses nothing
+                last_eval = self._evaluate()
+                self._save("last")
         finally:
             bar.close()
             if self.writer is not None:
@@ -185,6 +287,12 @@ class Trainer:
         shutdown(self.dist)
         return {"step": self.step, "total_steps": self.total_steps, "eval": last_eval,
                 "best_step": self.best_step, "best_loss": self.best_loss}
+
+    def _stop_on_signal(self, name: str) -> None:
+        if self.saved_step != self.step:
+            self._save("last")
+        raise TrainingInterrupted(f"stopped by {name} at update {self.step}/{self.total_steps}, checkpoint saved; "
+                                  f"continue with: looped train --out {self.out_dir} --resume")
 
     def _update(self) -> tuple[float, float]:
         cfg = self.config
@@ -208,23 +316,32 @@ class Trainer:
             total += loss.detach()
         loss_value = all_mean(total, self.dist).item()
         if not math.isfinite(loss_value):
-            self.optimizer.zero_grad(set_to_none=True)
-            last = self.out_dir / "checkpoints" / "last"
-            kept = f"the last good checkpoint is {last}" if ckpt.is_checkpoint(last) else "no checkpoint was written"
-            raise TrainingError(f"loss became {loss_value} at update {self.step + 1}; stopping ({kept})")
+            self._stop_non_finite(f"loss became {loss_value}")
         clip = cfg.optim.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
+        if not math.isfinite(grad_norm):  # checked before the step: the weights stay as they were
+            self._stop_non_finite(f"gradient norm became {grad_norm}")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, grad_norm
 
+    def _stop_non_finite(self, what: str, update: int | None = None) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        last = self.checkpoints / "last"
+        kept = f"the last good checkpoint is {last}" if ckpt.find_checkpoint(last) else "no checkpoint was written"
+        update = self.step + 1 if update is None else update
+        raise TrainingError(f"{what} at update {update}; stopping ({kept}; lower optim.lr or set optim.grad_clip)")
+
     def _evaluate(self) -> dict | None:
         result = None
+        self.evaluated_step = self.step
         if self.dist.main:
             tc = self.config.train
             dtype = torch.bfloat16 if tc.precision == "bf16" else None
             result = self.task.evaluate(self.model, batch_size=tc.eval_batch_size, max_batches=tc.eval_batches,
                                         device=self.dist.device, autocast_dtype=dtype)
+            if not math.isfinite(result["loss"]):  # nothing of this state reaches a checkpoint
+                self._stop_non_finite(f"validation loss became {result['loss']}", self.step)
             self._record({"step": self.step, **{f"val_{k}": v for k, v in result.items()
                                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}})
             if result["loss"] < self.best_loss:  # strict: ties keep the earliest step
@@ -251,6 +368,8 @@ class Trainer:
         barrier(self.dist)
 
     def _write_checkpoint(self, which: str) -> None:
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            self._stop_non_finite("a weight became non-finite", self.step)
         optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng_tensors, rng_meta = ckpt.rng_tensors()
         task_state = self.task.state_dict()
@@ -258,10 +377,13 @@ class Trainer:
         task_meta = {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)}
         meta = {"step": self.step, "total_steps": self.total_steps, "targets": self.step * self.targets_per_update,
                 "best_loss": self.best_loss, "best_step": self.best_step, "world": self.dist.world,
+                "evaluated_step": self.evaluated_step,
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
-        ckpt.write_folder_atomically(self.out_dir / "checkpoints" / which, {
+        ckpt.write_folder_atomically(self.checkpoints / which, {
             "config.json": ckpt.config_json(self.config),
             "model.safetensors": ckpt.model_file(self.model),
             "trainer.safetensors": {**optim_tensors, **rng_tensors, **task_tensors},
             "trainer.json": json.dumps(meta),
         })
+        if which == "last":
+            self.saved_step = self.step

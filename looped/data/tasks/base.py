@@ -148,8 +148,18 @@ def _load_builtin() -> None:
         importlib.import_module(f"{__package__}.{module}")
 
 
+# The study recipes' names (looped reproduce rlt / drt) for a task with options: accepted wherever a task is named.
+ALIASES: dict[str, tuple[str, dict]] = {
+    "s5_swaps": ("s5", {"variant": "swaps"}), "s5_standard": ("s5", {"variant": "standard"}),
+    "logic": ("boolean", {}), "graph_hard": ("graph", {"hard_negatives": True}),
+}
+
+
 def get_task(name: str, **options):
     _load_builtin()
+    if name in ALIASES:
+        name, preset = ALIASES[name]
+        options = {**preset, **options}
     if name not in _TASKS:
         raise TaskError(f"unknown task {name!r} (known: {', '.join(sorted(_TASKS))})")
     return _TASKS[name](**options)

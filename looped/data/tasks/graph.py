@@ -238,8 +238,9 @@ class GraphReachability(ReasoningTask):
 
     def _row(self, rng: np.random.Generator, difficulty: int, label: int | None) -> Row:
         lo, hi = self.num_nodes_range(difficulty)
-        if label == 0 and self.hard_negatives:
+        if label == 0 and self.hard_negatives:  # two chains: h + 1 nodes into the target, >= 2 out of the source
             lo = max(lo, difficulty + 3)
+            hi = max(hi, lo)  # 14-17 hops: past the split's largest count, keep the smallest that fits
         n = int(rng.integers(lo, hi + 1))
         m = int(rng.integers(n // 2, 2 * n + 1))
         if label == 1:
