@@ -26,8 +26,8 @@ def check_eval_options(model, *, batch_size: int, max_batches: int, exit_thresho
     if exit_threshold is not None:
         if not hasattr(model, "forward_early_exit"):
             raise ValueError(f"--exit-threshold applies to looped rows only; {model.arch_name} has no early exit")
-        if not exit_threshold > 0:
-            raise ValueError(f"--exit-threshold must be > 0, got {exit_threshold}")
+        if not exit_threshold >= 0:
+            raise ValueError(f"--exit-threshold must be >= 0, got {exit_threshold}")
 
 
 def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batches: int = 0,

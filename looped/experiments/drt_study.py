@@ -29,6 +29,7 @@ from ..io import atomic_write_text
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, shortcut_accuracy)
 from ..train import RunConfig, load_model
+from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from ..train.run_folder import read_metrics
 from . import drt

@@ -29,11 +29,13 @@ class RunLock:
     @classmethod
     def acquire(cls, folder: Path) -> "RunLock":
         """Lock `folder` (created if missing) or raise RunFolderError naming the pid that holds it."""
-        import fcntl
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_NAME
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform (Windows): run unlocked rather than not at all
+            return cls(None, path)
         handle = open(path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
