@@ -435,3 +435,17 @@ def test_benchmarks_leave_the_committed_results_alone_unless_asked():
 
     for module in (clw, ddp, decode, rlt, think, train):
         assert module.DEFAULT_OUT.parts[0] == "runs", module.DEFAULT_OUT
+
+
+def test_ctrl_c_in_a_study_stops_it_without_marking_the_run_failed(tmp_path, monkeypatch):
+    from looped.experiments import results as study
+    from looped.train.trainer import TrainingInterrupted
+
+    def interrupted(*args):
+        raise TrainingInterrupted("stopped by SIGINT at update 3/8, checkpoint saved")
+
+    monkeypatch.setattr(study, "train_one", interrupted)
+    table = study.ResultTable(tmp_path / "results.csv", ["task", "status"], ["task"])
+    with pytest.raises(TrainingInterrupted):
+        study.train_or_record_failure(table, {"task": "parity"}, None, tmp_path / "run", False, print)
+    assert table.rows == []  # a later `reproduce` resumes the run instead of skipping it as failed

@@ -29,6 +29,7 @@ except ImportError:  # not POSIX: one process per study (no locking)
 from ..eval.stats import format_mean_sd, mean_sd  # noqa: F401  (the studies import them from here)
 from ..io import atomic_write_text
 from ..train import Trainer, TrainingError
+from ..train.trainer import TrainingInterrupted
 from ..train import checkpoint as ckpt
 
 
@@ -186,6 +187,8 @@ def train_or_record_failure(results: ResultTable, key: dict, config, folder: Pat
     `results` (recorded, not hidden: the table shows it) and None is returned."""
     try:
         return train_one(config, folder, progress, log)
+    except TrainingInterrupted:  # Ctrl-C: the run is checkpointed, not failed; the study stops here
+        raise
     except TrainingError as err:
         log(f"run failed: {err}")
         results.add({**key, "status": f"failed: {str(err).splitlines()[0]}"})
