@@ -31,8 +31,8 @@ def user_error_types() -> tuple[type, ...]:
 
 def describe(err: BaseException) -> str:
     """One line naming the problem (an OSError names its file)."""
-    if isinstance(err, OSError) and err.filename and err.strerror:
-        return f"{err.filename}: {err.strerror}"
+    if isinstance(err, OSError) and err.strerror:  # without "[Errno N]"; looped's own carry the path inside
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
