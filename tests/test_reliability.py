@@ -336,7 +336,8 @@ def test_an_unwritable_output_folder_is_one_line(corpus, tmp_path, capsys):
 def test_eval_options_that_cannot_apply_are_one_line(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     trainer(small(corpus, max_steps=1), run).run()
-    for argv, needle in ((["--exit-threshold", "0.1"], "--exit-threshold applies to looped rows only"),
+    for argv, needle in ((["--exit-threshold", "0.1"], "transformer has no early exit"),
+                         (["--exit-threshold", "-1"], "--exit-threshold must be >= 0"),
                          (["--batch-size", "0"], "--batch-size must be >= 1"),
                          (["--set", "model.rounds=3"], "--set model.rounds: eval takes only data.* keys")):
         code, _, err = cli(capsys, "eval", run, "--no-progress", *argv)

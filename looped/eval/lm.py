@@ -16,20 +16,17 @@ from tqdm import tqdm
 from ..data import heldout_batches
 
 
-@torch.no_grad()
-def check_eval_options(model, *, batch_size: int, max_batches: int, exit_threshold: float | None) -> None:
+def check_eval_options(*, batch_size: int, max_batches: int, exit_threshold: float | None) -> None:
     """One-line errors for options that cannot apply (before any work is done)."""
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     if max_batches < 0:
         raise ValueError(f"--eval-batches must be >= 0, got {max_batches}")
-    if exit_threshold is not None:
-        if not hasattr(model, "forward_early_exit"):
-            raise ValueError(f"--exit-threshold applies to looped rows only; {model.arch_name} has no early exit")
-        if not exit_threshold >= 0:
-            raise ValueError(f"--exit-threshold must be >= 0, got {exit_threshold}")
+    if exit_threshold is not None and not exit_threshold >= 0:  # a model without early exit refuses it itself
+        raise ValueError(f"--exit-threshold must be >= 0, got {exit_threshold}")
 
 
+@torch.no_grad()
 def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batches: int = 0,
                 rounds: int | None = None, unit: str = "byte", device: torch.device | str = "cpu",
                 autocast_dtype: torch.dtype | None = None, progress: bool = False,
@@ -41,7 +38,7 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
     by_position: also report the score by target position in doubling buckets (1, 2-3, 4-7, ..., counting
     the first target as position 1), which shows how much of a model's gain comes from using more context.
     """
-    check_eval_options(model, batch_size=batch_size, max_batches=max_batches, exit_threshold=exit_threshold)
+    check_eval_options(batch_size=batch_size, max_batches=max_batches, exit_threshold=exit_threshold)
     was_training = model.training
     model.eval()
     total_nll, total_targets, used_blocks, total_rounds = 0.0, 0, 0, 0
