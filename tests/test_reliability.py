@@ -450,3 +450,23 @@ def test_ctrl_c_in_a_study_stops_it_without_marking_the_run_failed(tmp_path, mon
     with pytest.raises(TrainingInterrupted):
         study.train_or_record_failure(table, {"task": "parity"}, None, tmp_path / "run", False, print)
     assert table.rows == []  # a later `reproduce` resumes the run instead of skipping it as failed
+
+
+def test_user_errors_are_one_line_but_a_bug_keeps_its_traceback(monkeypatch, capsys):
+    import argparse
+
+    from looped.cli.common import run_command
+
+    def mistake(args):
+        raise ValueError("--n must be >= 1, got 0")
+
+    def bug(args):
+        raise IndexError("index -1 is out of bounds for dimension 1 with size 0")
+
+    assert run_command(argparse.Namespace(func=mistake)) == 2
+    assert capsys.readouterr().err == "looped: error: --n must be >= 1, got 0\n"
+    with pytest.raises(IndexError):  # not hidden behind a one-line message
+        run_command(argparse.Namespace(func=bug))
+    monkeypatch.setenv("LOOPED_DEBUG", "1")
+    with pytest.raises(ValueError):
+        run_command(argparse.Namespace(func=mistake))
