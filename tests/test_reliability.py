@@ -408,6 +408,8 @@ def test_eval_file_scores_each_whole_file(corpus, tmp_path, capsys):
     results = json.loads(out)
     assert code == 0, err
     assert [(r["file"], r["blocks"], r["targets"]) for r in results] == [(str(one), 5, 5 * 32), (str(two), 12, 12 * 32)]
+    code, _, err = cli(capsys, "eval", run, "--set", f"data.path={two}", "--no-progress")
+    assert code == 0 and "held-out = last" in err and "--file scores a whole file" in err
     code, _, err = cli(capsys, "eval", run, "--file", tmp_path / "missing.txt", "--no-progress")
     assert code == 2 and "missing.txt" in err and one_line(err)
 

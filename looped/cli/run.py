@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -93,6 +94,8 @@ def cmd_eval(args) -> int:
         sources = [(str(path), *file_blocks(path, config)) for path in args.file]
     else:
         streams = load_streams(config.data)
+        if any(item.startswith("data.path=") for item in args.set):  # a held-out share, not the whole file
+            print(f"looped: note: scoring {streams.split_rule}; --file scores a whole file", file=sys.stderr)
         sources = [(streams.name, to_blocks(streams.heldout, config.data.block_size,
                                             name=f"{streams.name} held-out"), streams.unit)]
     results = []
