@@ -472,3 +472,15 @@ def test_user_errors_are_one_line_but_a_bug_keeps_its_traceback(monkeypatch, cap
     monkeypatch.setenv("LOOPED_DEBUG", "1")
     with pytest.raises(ValueError):
         run_command(argparse.Namespace(func=mistake))
+
+
+def test_a_diverged_model_scores_an_infinite_perplexity_not_a_crash(corpus, tmp_path, capsys):
+    """optim.lr=1e6: the weights after one update are finite but huge; their held-out NLL is large enough that
+    exp(NLL) overflowed a float (OverflowError traceback) instead of reporting an infinite perplexity."""
+    code, _, err = cli(capsys, "train", write_config(tmp_path / "c.yaml", small(corpus, max_steps=4, eval_every=1)),
+                       "--out", tmp_path / "run", "--set", "optim.lr=1e6", "--no-progress")
+    assert code == 2 and "became nan" in err and "lower optim.lr" in err and one_line(err)
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["val_ppl"] for e in events if "val_ppl" in e] == [float("inf")]
+    last = tmp_path / "run" / "checkpoints" / "last"
+    assert all(torch.isfinite(v).all() for v in load_file(str(last / "model.safetensors")).values())

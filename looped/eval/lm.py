@@ -8,6 +8,7 @@ including the last short batch; PPL = exp(NLL); bits per byte (raw corpora) or p
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +67,8 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
     if total_targets == 0:
         raise ValueError("evaluation scored no targets (empty held-out set)")
     nll = total_nll / total_targets
-    result = {"nll": nll, "ppl": math.exp(nll), f"bits_per_{unit}": nll / math.log(2), "targets": total_targets,
+    ppl = math.exp(nll) if nll < math.log(sys.float_info.max) else math.inf  # a diverged model: no OverflowError
+    result = {"nll": nll, "ppl": ppl, f"bits_per_{unit}": nll / math.log(2), "targets": total_targets,
               "blocks": used_blocks, "unit": unit, "rounds": rounds}
     if exit_threshold is not None:
         result.update(exit_threshold=exit_threshold, mean_rounds_used=total_rounds / total_targets)

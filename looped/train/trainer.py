@@ -330,7 +330,8 @@ class Trainer:
         last = self.checkpoints / "last"
         kept = f"the last good checkpoint is {last}" if ckpt.find_checkpoint(last) else "no checkpoint was written"
         update = self.step + 1 if update is None else update
-        raise TrainingError(f"{what} at update {update}; stopping ({kept}; lower optim.lr or set optim.grad_clip)")
+        advice = "lower optim.lr" if self.config.optim.grad_clip else "lower optim.lr or set optim.grad_clip"
+        raise TrainingError(f"{what} at update {update}; stopping ({kept}; {advice})")
 
     def _evaluate(self) -> dict | None:
         result = None
