@@ -423,6 +423,8 @@ def test_task_names_agree_across_commands(capsys):
     assert code == 0 and "logic" in out
     code, _, err = cli(capsys, "reproduce", "rlt", "--status", "--rows", "nope")
     assert code == 2 and "--rows: unknown name 'nope'" in err and one_line(err)
+    code, _, err = cli(capsys, "reproduce", "drt", "--status", "--archs", "nope")  # was "0 to do", silently
+    assert code == 2 and "--archs: unknown name 'nope'" in err and one_line(err)
 
 
 def test_study_paths_resolve_against_the_repository_not_the_current_folder(tmp_path, monkeypatch, capsys):
