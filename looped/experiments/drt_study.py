@@ -426,16 +426,15 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
 def reproduce(args: argparse.Namespace) -> int:
     """`looped reproduce drt ...`: run the study, print the table."""
     from ..config import parse_overrides
+    from ..models import arch_names
 
     tasks = check_names("--tasks", args.tasks, tuple(drt.TASKS), {"boolean": "logic"}) \
         or drt.PAPER_TASKS
-    out, runs = study_folders(args.out, args.runs, f"drt_{args.scale}")
-    from ..models import arch_names
-
     archs = check_names("--archs", args.archs, tuple(arch_names())) or ("drt",)
     alphas = args.alphas or (0.0,)
     if not all(0 <= alpha <= 1 for alpha in alphas):
         raise ValueError(f"--alphas: intermediate-supervision weights lie in [0, 1], got {list(alphas)}")
+    out, runs = study_folders(args.out, args.runs, f"drt_{args.scale}")
     selection = dict(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs), seeds=tuple(args.seeds or drt.SEEDS),
                      alphas=tuple(alphas), overrides=parse_overrides(args.set))
     if args.status:
