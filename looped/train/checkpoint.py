@@ -24,6 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from .. import hub
 from ..config import ConfigError, from_dict, to_dict
 from ..io import atomic_path, atomic_save_figure, atomic_write_text  # noqa: F401  (re-exported: older imports)
 
@@ -67,8 +68,9 @@ def is_checkpoint(folder: Path) -> bool:
 
 
 def resolve_checkpoint(path: str, which: str | None = None) -> Path:
-    """A checkpoint folder, or a run folder (checkpoints/<which>, default: the run's train.select)."""
-    folder = Path(path)
+    """A checkpoint folder, a run folder (checkpoints/<which>, default: the run's train.select) or a pushed
+    checkpoint `hf:ORG/NAME[@REV]` (its local snapshot in the Hub cache, `pip install 'looped[hub]'`)."""
+    folder = hub.snapshot(path) if hub.is_hf_id(path) else Path(path)
     if is_checkpoint(folder):
         return folder
     if (folder / "checkpoints").is_dir():
