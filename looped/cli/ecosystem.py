@@ -22,7 +22,7 @@ def cmd_lm_eval(args) -> int:
 
     result = sweep(args.run, args.tasks, rounds=args.rounds or [None], which=args.which, batch_size=args.batch_size,
                    exit_threshold=args.exit_threshold, limit=args.limit, include_path=args.include_path,
-                   num_fewshot=args.num_fewshot)
+                   num_fewshot=args.num_fewshot, default_tasks=not args.only_include_path)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
@@ -51,5 +51,7 @@ def add_commands(sub) -> None:
     p.add_argument("--limit", type=float, help="documents per task (a count, or a fraction below 1)")
     p.add_argument("--num-fewshot", type=int)
     p.add_argument("--include-path", help="folder of extra task YAML files (your own tasks)")
+    p.add_argument("--only-include-path", action="store_true",
+                   help="look tasks up in --include-path only (faster: skips indexing lm-eval's own tasks)")
     p.add_argument("--out", help="also write the JSON here")
     p.set_defaults(func=cmd_lm_eval)
