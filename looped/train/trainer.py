@@ -28,6 +28,7 @@ from . import checkpoint as ckpt
 from .config import RunConfig
 from .distributed import Dist, all_mean, barrier, init_distributed, shutdown
 from .tasks import make_task
+from .tracking import WandbSink
 from .schedule import learning_rate
 
 
@@ -109,6 +110,8 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.out_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.writer = self._tensorboard() if tc.tensorboard and self.dist.main else None
+        self.tracker = WandbSink(tc.wandb, self.out_dir, to_dict(cfg), self.resume) \
+            if tc.wandb and self.dist.main else None
 
     def _tensorboard(self):
         try:
@@ -182,6 +185,8 @@ class Trainer:
             bar.close()
             if self.writer is not None:
                 self.writer.close()
+            if self.tracker is not None:
+                self.tracker.close()
         shutdown(self.dist)
         return {"step": self.step, "total_steps": self.total_steps, "eval": last_eval,
                 "best_step": self.best_step, "best_loss": self.best_loss}
@@ -239,6 +244,8 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with open(self.out_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(event) + "\n")
+        if self.tracker is not None:
+            self.tracker.log(event)
         if self.writer is not None:
             for key, value in event.items():
                 if key != "step" and isinstance(value, (int, float)):
