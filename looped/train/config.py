@@ -53,6 +53,7 @@ class TrainConfig:
     wandb: WandbConfig | None = None  # {project, entity, name}: also log to Weights & Biases (looped[wandb])
     threads: int | None = None  # torch intra-op threads; None = torch's default
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (DDP) or shard (FSDP2) the model
 
     def validate(self) -> None:
         if (self.max_steps is None) == (self.max_targets is None):

@@ -78,6 +78,7 @@ class Trainer:
                                 f"each of {self.dist.world} process(es) gets per update")
         self.accumulation = per_rank // self.micro
         self.per_rank = per_rank
+        self.fsdp = tc.parallel == "fsdp" and self.dist.enabled  # one process: plain training either way
 
     def log(self, message: str) -> None:
         if self.dist.main:
@@ -97,13 +98,19 @@ class Trainer:
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
         self.total_steps = tc.max_steps or math.ceil(tc.max_targets / self.targets_per_update)
+        if self.fsdp:  # shard before the optimizer sees the parameters; resumed weights are loaded unsharded
+            from .fsdp import shard
+
+            if self.resume:
+                ckpt.load_weights(self.model, last)
+            shard(self.model, self.dist.device, tc.precision)
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
                                            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
         if self.resume:
             self._restore(last)
         self.ddp_model = self.model
-        if self.dist.enabled:
+        if self.dist.enabled and not self.fsdp:
             self.ddp_model = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dist.local_rank] if self.dist.device.type == "cuda" else None)
         if self.dist.main:
@@ -126,7 +133,8 @@ class Trainer:
         diff = first_difference(to_dict(saved), to_dict(self.config))
         if diff:
             raise TrainingError(f"--resume: the config disagrees with the checkpoint at {diff}")
-        ckpt.load_weights(self.model, folder)
+        if not self.fsdp:
+            ckpt.load_weights(self.model, folder)
         tensors = ckpt.read_tensors(folder / "trainer.safetensors")
         try:
             meta = json.loads((folder / "trainer.json").read_text())
@@ -134,7 +142,14 @@ class Trainer:
             raise ckpt.CheckpointError(f"{folder / 'trainer.json'}: unreadable ({err})") from None
         if meta.get("world") not in (None, self.dist.world) and self.config.data.sampler == "historical":
             self.log(f"resuming a {meta['world']}-process run with {self.dist.world} process(es)")
-        ckpt.restore_optimizer(self.optimizer, {k: v.to(self.dist.device) for k, v in tensors.items()}, meta["optim"])
+        optim_tensors = {k: v.to(self.dist.device) for k, v in tensors.items()}
+        if self.fsdp:
+            from .fsdp import load_full_optimizer_state
+
+            load_full_optimizer_state(self.optimizer, ckpt.optimizer_state(self.optimizer, optim_tensors,
+                                                                           meta["optim"]))
+        else:
+            ckpt.restore_optimizer(self.optimizer, optim_tensors, meta["optim"])
         ckpt.restore_rng(tensors, meta["rng"])
         self.task.load_state_dict({**{k[len("task."):]: v for k, v in tensors.items()
                                       if k.startswith("task.")}, **meta["task"]})
@@ -206,7 +221,8 @@ class Trainer:
         for micro in range(self.accumulation):
             micro_batch = task.to(task.shard(mine, micro * self.micro, (micro + 1) * self.micro), device)
             sync = micro == self.accumulation - 1
-            with (nullcontext() if sync or not self.dist.enabled else self.ddp_model.no_sync()):
+            # FSDP reduce-scatters every micro-batch into the sharded gradients (DDP defers to the last one)
+            with (nullcontext() if sync or not self.dist.enabled or self.fsdp else self.ddp_model.no_sync()):
                 with autocast:
                     loss = task.loss(self.ddp_model, micro_batch) / self.accumulation
                 loss.backward()
@@ -218,14 +234,15 @@ class Trainer:
             kept = f"the last good checkpoint is {last}" if ckpt.is_checkpoint(last) else "no checkpoint was written"
             raise TrainingError(f"loss became {loss_value} at update {self.step + 1}; stopping ({kept})")
         clip = cfg.optim.grad_clip or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        grad_norm = (grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm).item()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, grad_norm
 
     def _evaluate(self) -> dict | None:
         result = None
-        if self.dist.main:
+        if self.dist.main or self.fsdp:  # a sharded model's forward is a collective: every rank evaluates
             tc = self.config.train
             dtype = torch.bfloat16 if tc.precision == "bf16" else None
             result = self.task.evaluate(self.model, batch_size=tc.eval_batch_size, max_batches=tc.eval_batches,
@@ -252,13 +269,22 @@ class Trainer:
                     self.writer.add_scalar(key, value, event["step"])
 
     def _save(self, which: str) -> None:
-        """Every rank calls this; rank 0 writes, the others wait for the write to finish."""
-        if self.dist.main:
+        """Every rank calls this; rank 0 writes (FSDP: after every rank helped gather), the others wait."""
+        if self.dist.main or self.fsdp:
             self._write_checkpoint(which)
         barrier(self.dist)
 
     def _write_checkpoint(self, which: str) -> None:
-        optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
+        if self.fsdp:  # gather the shards on every rank (collectives), then only rank 0 writes
+            from .fsdp import full_model_state, full_optimizer_state
+
+            model_file = (full_model_state(self.model), ckpt.model_file(self.model)[1])
+            optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer, full_optimizer_state(self.optimizer))
+            if not self.dist.main:
+                return
+        else:
+            model_file = ckpt.model_file(self.model)
+            optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng_tensors, rng_meta = ckpt.rng_tensors()
         task_state = self.task.state_dict()
         task_tensors = {f"task.{k}": v for k, v in task_state.items() if isinstance(v, torch.Tensor)}
@@ -268,7 +294,7 @@ class Trainer:
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.out_dir / "checkpoints" / which, {
             "config.json": ckpt.config_json(self.config),
-            "model.safetensors": ckpt.model_file(self.model),
+            "model.safetensors": model_file,
             "trainer.safetensors": {**optim_tensors, **rng_tensors, **task_tensors},
             "trainer.json": json.dumps(meta),
         })
