@@ -173,7 +173,8 @@ def load_model(folder: Path, device: str | torch.device = "cpu"):
 
 # --- trainer state: optimizer + RNG streams as tensors, scalars as JSON ----------------------------------
 
-def optimizer_tensors(optimizer: torch.optim.Optimizer, state: dict | None = None) -> tuple[dict[str, torch.Tensor], dict]:
+def optimizer_tensors(optimizer: torch.optim.Optimizer,
+                      state: dict | None = None) -> tuple[dict[str, torch.Tensor], dict]:
     """state: optimizer.state_dict() by default (FSDP passes the gathered full state)."""
     state = state or optimizer.state_dict()
     tensors = {f"optim.{idx}.{key}": value for idx, entry in state["state"].items()

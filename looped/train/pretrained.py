@@ -111,7 +111,11 @@ import looped
 model, config = looped.from_pretrained("hf:{repo_id}")
 ```
 
-Reproduce it: `hf download {repo_id} config.json --local-dir . && looped train config.json --out runs/{repo_id.split('/')[-1]}`.
+Reproduce it (the whole run configuration is config.json):
+
+```bash
+hf download {repo_id} config.json --local-dir . && looped train config.json --out runs/{repo_id.split('/')[-1]}
+```
 """
 
 
