@@ -76,6 +76,23 @@ def test_with_trainer_uploads_the_resume_state_on_a_branch(run, offline_hub):
     assert (cli.resolve_checkpoint("hf:me/full@v1") / "trainer.safetensors").is_file()
 
 
+def test_a_run_pushed_with_its_trainer_state_resumes_bit_identically(run, offline_hub, tmp_path):
+    config = from_dict(RunConfig, json.loads((run / "checkpoints" / "last" / "config.json").read_text()))
+    Trainer(config, tmp_path / "half", progress=False, log=lambda _: None).run(stop_after=2)
+    push(str(tmp_path / "half"), "me/half", with_trainer=True, api=FakeHubApi(offline_hub))
+    assert cli.main(["train", "hf:me/half", "--resume", "--out", str(tmp_path / "resumed"), "--no-progress"]) == 0
+    resumed = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    whole = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in resumed if "loss" in e] == [3, 4]
+    assert [e["loss"] for e in resumed if "loss" in e] == [e["loss"] for e in whole if "loss" in e][2:]
+
+
+def test_a_run_pushed_without_trainer_state_is_not_resumed(run, offline_hub, tmp_path, capsys):
+    push(str(run), "me/weights", api=FakeHubApi(offline_hub))
+    assert cli.main(["train", "hf:me/weights", "--resume", "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert "--with-trainer" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
 def test_cli_eval_accepts_a_hub_id(run, offline_hub, capsys):
     push(str(run), "me/evaluated", api=FakeHubApi(offline_hub))
     assert cli.main(["eval", "hf:me/evaluated", "--eval-batches", "1", "--no-progress"]) == 0

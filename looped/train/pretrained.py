@@ -141,3 +141,27 @@ def push(run: str, repo_id: str, *, which: str | None = None, private: bool = Fa
         url = hub.upload_folder(Path(tmp), repo_id, private=private, revision=revision, api=api)
     return {"checkpoint": str(checkpoint), "repo": repo_id, "revision": revision or "main", "files": files,
             "commit": url}
+
+
+def seed_resume(hf_id: str, out: Path) -> Path:
+    """For `looped train hf:ORG/NAME --resume --out RUN`: put the pushed checkpoint (it needs its trainer state,
+    `looped push --with-trainer`) in RUN/checkpoints/last unless RUN already has one; returns its config.json."""
+    folder = resolve(hf_id)
+    missing = [name for name in TRAINER_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ckpt.CheckpointError(f"{hf_id}: pushed without its trainer state ({missing[0]} missing), so it "
+                                   f"cannot be resumed (push it with --with-trainer)")
+    last = Path(out) / "checkpoints" / "last"
+    if not ckpt.is_checkpoint(last):
+        names = list(ckpt.FILES) + list(TRAINER_FILES)
+        staged = Path(tempfile.mkdtemp(dir=ensure_dir(last.parent), prefix=".last.hub-"))
+        for name in names:
+            shutil.copyfile(folder / name, staged / name)  # copies, not links into the Hub cache
+        staged.replace(last)  # one rename: a half-copied folder is never taken for a checkpoint
+    return last / "config.json"
+
+
+def ensure_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
