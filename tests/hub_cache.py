@@ -9,6 +9,17 @@ import os
 from pathlib import Path
 
 
+def offline_cache(tmp_path: Path, monkeypatch) -> Path:
+    """Point huggingface_hub at an empty cache under tmp_path with HF_HUB_OFFLINE set; returns the cache folder."""
+    import huggingface_hub.constants as constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
 def add_commit(cache: Path, repo_id: str, files: dict[str, bytes], revision: str = "main",
                repo_type: str = "model") -> str:
     """Store `files` as one commit of `repo_id` in the cache, point refs/<revision> at it; returns the commit."""

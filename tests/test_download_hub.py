@@ -7,11 +7,9 @@ import hashlib
 
 import pytest
 
-from hub_cache import add_commit
+from hub_cache import add_commit, offline_cache
 
 hf = pytest.importorskip("huggingface_hub", reason="the hub extra is not installed (pip install 'looped[hub]')")
-
-import huggingface_hub.constants  # noqa: E402
 
 from looped.data.corpora import DataError  # noqa: E402
 from looped.data.download import DATASETS, HubFile, RemoteFile, download  # noqa: E402
@@ -20,12 +18,8 @@ CONTENT = b"pinned corpus bytes\n" * 50
 
 
 @pytest.fixture
-def offline_cache(tmp_path, monkeypatch):
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(hf.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(hf.constants, "HF_HUB_OFFLINE", True)
-    return cache
+def cache(tmp_path, monkeypatch):
+    return offline_cache(tmp_path, monkeypatch)
 
 
 def hub_dataset(monkeypatch, revision: str, sha256: str, size: int = len(CONTENT)):
@@ -40,23 +34,23 @@ def test_the_official_hub_files_are_pinned_to_a_commit():
     assert all(f"/resolve/{r.hub.revision}/" in r.url and "/resolve/main/" not in r.url for r in hosted)
 
 
-def test_pinned_file_comes_from_the_hub_cache_and_is_verified(offline_cache, monkeypatch, tmp_path):
-    commit = add_commit(offline_cache, "me/toy", {"sub/corpus.txt": CONTENT}, repo_type="dataset")
+def test_pinned_file_comes_from_the_hub_cache_and_is_verified(cache, monkeypatch, tmp_path):
+    commit = add_commit(cache, "me/toy", {"sub/corpus.txt": CONTENT}, repo_type="dataset")
     hub_dataset(monkeypatch, commit, hashlib.sha256(CONTENT).hexdigest())
     (path,) = download("toyhub", tmp_path / "data", log=lambda _: None)
     assert path == tmp_path / "data" / "corpus.txt" and path.read_bytes() == CONTENT
     assert not list((tmp_path / "data").glob("*.part"))
 
 
-def test_our_checksum_still_guards_the_hub_bytes(offline_cache, monkeypatch, tmp_path):
-    commit = add_commit(offline_cache, "me/toy", {"sub/corpus.txt": CONTENT}, repo_type="dataset")
+def test_our_checksum_still_guards_the_hub_bytes(cache, monkeypatch, tmp_path):
+    commit = add_commit(cache, "me/toy", {"sub/corpus.txt": CONTENT}, repo_type="dataset")
     hub_dataset(monkeypatch, commit, "0" * 64)
     with pytest.raises(DataError, match="corrupt: sha256"):
         download("toyhub", tmp_path / "data", log=lambda _: None)
     assert not (tmp_path / "data" / "corpus.txt").exists()
 
 
-def test_offline_and_not_cached_is_one_line(offline_cache, monkeypatch, tmp_path):
+def test_offline_and_not_cached_is_one_line(cache, monkeypatch, tmp_path):
     hub_dataset(monkeypatch, "a" * 40, hashlib.sha256(CONTENT).hexdigest())
     with pytest.raises(DataError) as err:
         download("toyhub", tmp_path / "data", log=lambda _: None)

@@ -9,11 +9,9 @@ import pytest
 import torch
 
 from helpers import tiny_run_config, write_text_corpus
-from hub_cache import FakeHubApi, add_commit
+from hub_cache import FakeHubApi, add_commit, offline_cache
 
 hf = pytest.importorskip("huggingface_hub", reason="the hub extra is not installed (pip install 'looped[hub]')")
-
-import huggingface_hub.constants  # noqa: E402  (not imported eagerly by the package)
 
 import looped  # noqa: E402
 from looped import cli  # noqa: E402
@@ -24,11 +22,7 @@ from looped.train.pretrained import push  # noqa: E402
 
 @pytest.fixture
 def offline_hub(tmp_path, monkeypatch):
-    cache = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(hf.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(hf.constants, "HF_HUB_OFFLINE", True)
-    return cache
+    return offline_cache(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")
