@@ -1,10 +1,12 @@
-"""DDP / FSDP equivalence: the loss curve of `torchrun --nproc_per_node K` against one process, same global batch.
+"""DDP / FSDP equivalence: the loss curve of `torchrun --nproc_per_node K` against one process, same global
+batch.
 
     looped bench ddp [--procs 2] [--steps 10] [--parallel ddp|fsdp] [--out results/bench/ddp.json]
 
 Trains the quickstart model on the embedded corpus twice (one process with gradient accumulation, then K
 gloo processes each holding a disjoint slice of every global batch; `--parallel fsdp` shards the model over them
-with FSDP2) and reports the largest relative difference between the two loss curves. Correctness, not speed: the JSON holds both curves.
+with FSDP2) and reports the largest relative difference between the two loss curves. Correctness, not speed: the
+JSON holds both curves.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def run_ddp_bench(procs: int = 2, steps: int = 10, parallel: str = "ddp") -> dic
         subprocess.run(launcher + base[1:] + ["--out", f"{tmp}/ddp"], check=True, env=env, capture_output=True)
         single, ddp = losses(Path(tmp) / "single"), losses(Path(tmp) / "ddp")
     rel = max(abs(a - b) / abs(a) for a, b in zip(single, ddp))
-    return {"benchmark": f"{parallel}_equivalence", "parallel": parallel, "procs": procs, "steps": steps, "global_batch": 8,
+    return {"benchmark": f"{parallel}_equivalence", "parallel": parallel, "procs": procs, "steps": steps,
+            "global_batch": 8,
             "single_process_losses": single, "ddp_losses": ddp, "max_relative_difference": rel,
             "goal": {"max_relative_difference": 1e-5, "met": rel <= 1e-5}, "environment": environment()}
 

@@ -22,13 +22,13 @@ from .common import add_set
 def cmd_train(args) -> int:
     from ..train import Trainer, load_run_config
 
-    from .hub import is_hf_id, parse_hf_id
+    from ..hub import is_hf_id, parse_hf_id
 
     out = None
     if is_hf_id(args.config[0]):  # continue a checkpoint pushed with its trainer state
         if not (args.resume and len(args.config) == 1):
             raise ValueError(f"{args.config[0]}: a pushed checkpoint is trained further with --resume (one config)")
-        from .train.pretrained import seed_resume
+        from ..train.pretrained import seed_resume
 
         out = Path(args.out or Path("runs") / parse_hf_id(args.config[0])[0].split("/")[1])
         args.config = [str(seed_resume(args.config[0], out))]

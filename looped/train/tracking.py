@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import atomic_write_text
+from ..io import atomic_write_text
 
 ID_FILE = "wandb_run_id"
 
