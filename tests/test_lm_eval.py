@@ -91,6 +91,13 @@ def test_long_documents_and_batches_score_like_one_at_a_time(run):
     batched = lm.loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
     single = LoopedLM(model=lm.model, batch_size=1).loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
     assert [b[0] for b in batched] == pytest.approx([s[0] for s in single], rel=1e-6)
+    # early exit at threshold 0 never exits (no distribution moves by less than 0): the full-depth scores
+    never_exits = LoopedLM(model=lm.model, exit_threshold=0.0).loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
+    assert [e[0] for e in never_exits] == pytest.approx([s[0] for s in single], rel=1e-6)
+    pairs = [Request(d[:10], d[10:]) for d in DOCS]
+    exits = LoopedLM(model=lm.model, rounds=4, exit_threshold=0.5).loglikelihood(pairs)
+    assert [e[0] for e in exits] != pytest.approx([s[0] for s in LoopedLM(model=lm.model, rounds=4).loglikelihood(
+        pairs)], rel=1e-6)  # a loose threshold stops positions before round 4
     rolling = lm.loglikelihood_rolling([Request(long_doc)])[0]
     # the first window predicts CONTEXT bytes after the newline; the rest, each with a full context
     first = lm.score([([], list(long_doc.encode()[:CONTEXT]))])[0][0]
