@@ -3,17 +3,14 @@ test-time depths): the commands of the optional integrations."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from ..io import atomic_write_text
+from .common import print_json
 
 
 def cmd_push(args) -> int:
     from ..train.pretrained import push
 
-    print(json.dumps(push(args.run, args.repo, which=args.which, private=args.private, revision=args.revision,
-                          with_trainer=args.with_trainer), indent=2))
+    print_json(push(args.run, args.repo, which=args.which, private=args.private, revision=args.revision,
+                    with_trainer=args.with_trainer))
     return 0
 
 
@@ -23,10 +20,7 @@ def cmd_lm_eval(args) -> int:
     result = sweep(args.run, args.tasks, rounds=args.rounds or [None], which=args.which, batch_size=args.batch_size,
                    exit_threshold=args.exit_threshold, limit=args.limit, include_path=args.include_path,
                    num_fewshot=args.num_fewshot, default_tasks=not args.only_include_path)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        atomic_write_text(Path(args.out), text + "\n")
+    print_json(result, args.out)
     return 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..io import atomic_write_text
 from ..train.checkpoint import resolve_checkpoint
 from ..train.config import QUICKSTART
-from .common import add_set
+from .common import add_set, print_json
 
 # --- commands -------------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
@@ -63,10 +63,7 @@ def cmd_eval(args) -> int:
                          exit_threshold=args.exit_threshold, by_position=args.by_position)
     result.update(checkpoint=str(resolve_checkpoint(args.run, args.which)), corpus=streams.name,
                   seconds=round(time.perf_counter() - start, 2))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        atomic_write_text(Path(args.out), text + "\n")
+    print_json(result, args.out)
     return 0
 
 
