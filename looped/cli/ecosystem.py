@@ -15,7 +15,10 @@ def cmd_push(args) -> int:
 
 
 def cmd_lm_eval(args) -> int:
-    from ..integrations.lm_eval import sweep
+    try:
+        from ..integrations.lm_eval import sweep
+    except ImportError as err:  # the eval extra is missing: the CLI's one-line error, not a traceback
+        raise RuntimeError(str(err)) from None
 
     result = sweep(args.run, args.tasks, rounds=args.rounds or [None], which=args.which, batch_size=args.batch_size,
                    exit_threshold=args.exit_threshold, limit=args.limit, include_path=args.include_path,

@@ -133,7 +133,8 @@ def stage(checkpoint: Path, folder: Path, repo_id: str, with_trainer: bool = Fal
 def push(run: str, repo_id: str, *, which: str | None = None, private: bool = False, revision: str | None = None,
          with_trainer: bool = False, api=None) -> dict:
     """Upload a run's checkpoint (or a checkpoint folder) with its model card to the Hub repository `repo_id`."""
-    hub.parse_hf_id(repo_id)  # a one-line error for a malformed id before anything is read
+    hub.client()  # the extra is installed ...
+    hub.parse_hf_id(repo_id)  # ... and the id well formed, before anything is read
     checkpoint = resolve(run, which)
     ckpt.read_config(checkpoint)  # refuse an incomplete folder before uploading anything
     with tempfile.TemporaryDirectory(prefix="looped-push-") as tmp:
