@@ -29,7 +29,7 @@ def row_config(corpus: Path, arch: str) -> dict:
     model = {k: v for k, v in to_dict(get_arch(arch).tiny_config()).items() if v is not None}
     model.update(arch=arch, context_length=CONTEXT)
     config = tiny_run_config(corpus, data={"block_size": CONTEXT + 1},
-                             train={"max_steps": 3, "batch_size": 4, "micro_batch_size": 2, "eval_every": 0,
+                             train={"max_steps": 3, "batch_size": 4, "micro_batch_size": 1, "eval_every": 0,
                                     "eval_batches": 1, "parallel": "fsdp"})
     config["model"] = model
     return config
@@ -45,6 +45,7 @@ def fsdp_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     corpus = write_text_corpus(tmp / "corpus.txt", 12_000)
     configs = {arch: row_config(corpus, arch) for arch in ROWS}
+    configs["workspace_split"] = configs["workspace"]
     (tmp / "rows.json").write_text(json.dumps(configs))
     # the two ranks started directly (what torchrun would set up; its launcher process costs seconds here)
     port = str(free_port())
@@ -58,6 +59,8 @@ def fsdp_runs(tmp_path_factory):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
     for arch, config in configs.items():
+        if arch.endswith("_split"):
+            continue
         Trainer(from_dict(RunConfig, config), tmp / "single" / arch, progress=False, log=lambda _: None).run()
     return tmp
 
@@ -70,6 +73,13 @@ def test_fsdp_losses_equal_single_process(fsdp_runs, arch):
     assert rel <= 1e-5, (arch, single, sharded)
     share = json.loads((fsdp_runs / "fsdp" / arch / "sharding.json").read_text())
     assert share["local"] <= share["total"] / 2 + 1_000, share  # each rank holds about half
+
+
+def test_an_fsdp_run_resumes_under_fsdp_on_the_same_curve(fsdp_runs):
+    """The gathered checkpoint is re-sharded on resume (weights and Adam moments): the curve goes on unchanged."""
+    whole, split = losses(fsdp_runs / "fsdp" / "workspace"), losses(fsdp_runs / "fsdp" / "workspace_split")
+    assert len(split) == len(whole) == 3
+    assert max(abs(a - b) / abs(a) for a, b in zip(whole, split)) <= 1e-6, (whole, split)
 
 
 @pytest.mark.parametrize("arch", ("transformer", "workspace"))
