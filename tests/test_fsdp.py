@@ -18,7 +18,7 @@ from test_train import free_port
 
 from looped.config import from_dict, to_dict
 from looped.models import get_arch
-from looped.train import RunConfig, Trainer, load_model
+from looped.train import RunConfig, Trainer, TrainingError, load_model
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = ("transformer", "shared_loop", "anchored_loop", "workspace", "rlt")
@@ -136,3 +136,16 @@ def test_a_checkpoint_with_a_0d_gamma_still_loads(fsdp_runs, tmp_path):
     (run / "checkpoints" / "last" / "config.json").write_text(json.dumps(config))
     summary = Trainer(from_dict(RunConfig, config), run, resume=True, progress=False, log=lambda _: None).run()
     assert summary["step"] == 4
+
+
+def test_wandb_and_parallel_may_change_on_resume_other_keys_may_not(tmp_path):
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    base = tiny_run_config(corpus, train={"max_steps": 2})
+    Trainer(from_dict(RunConfig, base), tmp_path / "run", progress=False, log=lambda _: None).run(stop_after=1)
+    changed = tiny_run_config(corpus, train={"max_steps": 2, "parallel": "fsdp", "wandb": None})
+    summary = Trainer(from_dict(RunConfig, changed), tmp_path / "run", resume=True, progress=False,
+                      log=lambda _: None).run()
+    assert summary["step"] == 2
+    other = tiny_run_config(corpus, train={"max_steps": 3})
+    with pytest.raises(TrainingError, match="train.max_steps"):
+        Trainer(from_dict(RunConfig, other), tmp_path / "run", resume=True, progress=False, log=lambda _: None).run()

@@ -53,3 +53,4 @@ def test_a_new_run_folder_gets_a_new_wandb_run(tmp_path, monkeypatch):
         Trainer(config, tmp_path / name, progress=False, log=lambda _: None).run()
         ids.append((tmp_path / name / ID_FILE).read_text().strip())
     assert ids[0] != ids[1]
+

@@ -59,6 +59,18 @@ def first_difference(a, b, prefix: str = "") -> str | None:
     return None if a == b else f"{prefix} ({a!r} in the checkpoint, {b!r} now)"
 
 
+# How a run is spread over processes and where it is logged do not change what it computes: a resumed run may
+# switch them (a DDP or FSDP checkpoint resumes in one process, W&B can be turned on later).
+NOT_COMPARED_ON_RESUME = ("parallel", "wandb")
+
+
+def _outcome(config: RunConfig) -> dict:
+    """The config without the train keys that may differ between a checkpoint and the run resuming it."""
+    data = to_dict(config)
+    data["train"] = {k: v for k, v in data["train"].items() if k not in NOT_COMPARED_ON_RESUME}
+    return data
+
+
 class Trainer:
     def __init__(self, config: RunConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
                  log=print):
@@ -130,7 +142,7 @@ class Trainer:
 
     def _restore(self, folder: Path) -> None:
         saved = ckpt.read_config(folder)
-        diff = first_difference(to_dict(saved), to_dict(self.config))
+        diff = first_difference(_outcome(saved), _outcome(self.config))
         if diff:
             raise TrainingError(f"--resume: the config disagrees with the checkpoint at {diff}")
         if not self.fsdp:
