@@ -57,6 +57,7 @@ def test_model_card_metadata_names_arch_parameters_corpus_and_score(run, offline
     assert meta["library_name"] == "looped" and "transformer" in meta["tags"]
     info = meta["looped"]
     assert info["arch"] == "transformer" and info["corpus"] == "raw" and info["version"] == looped.__version__
+    assert info["heldout_split"] == "last 0.1 of the file"  # tiny_run_config holds out the last 10 %
     assert info["parameters"] == looped.from_pretrained(run)[0].parameter_counts()["total"]
     assert info["heldout"]["val_bits_per_byte"] == pytest.approx(logged["val_bits_per_byte"])
     assert "looped train config.json" in card.text and "hf:me/card" in card.text

@@ -62,7 +62,7 @@ def _trained_on(config) -> dict:
     split = {"kjv": "held-out books (canonical index divisible by 11)", "enwik8": f"{data.heldout_split} 5M bytes",
              "wikitext103": "official validation split", "tinystories": "official validation file"}.get(
         data.corpus, f"last {data.heldout_fraction:g} of the file" if data.path else "separate held-out files")
-    return {"corpus": data.corpus, "heldout": split}
+    return {"corpus": data.corpus, "heldout_split": split}
 
 
 def card_metadata(checkpoint: Path) -> dict:
@@ -82,7 +82,8 @@ def model_card(checkpoint: Path, repo_id: str) -> str:
     info = meta["looped"]
     scores = info.pop("heldout")
     rows = "\n".join(f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in scores.items())
-    trained = ", ".join(f"{k}: {v}" for k, v in info.items() if k in ("corpus", "heldout", "task"))
+    trained = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in info.items()
+                        if k in ("corpus", "heldout_split", "task"))
     info["heldout"] = scores
     return f"""---
 {yaml.safe_dump(meta, sort_keys=False).strip()}
@@ -90,7 +91,7 @@ def model_card(checkpoint: Path, repo_id: str) -> str:
 
 # {repo_id}
 
-A `{info['arch']}` model ({info['parameters']:,} parameters) trained with
+Architecture `{info['arch']}`, {info['parameters']:,} parameters, trained with
 [looped](https://pypi.org/project/looped/) {info['version']} ({trained}).
 
 Held-out evaluation at the pushed checkpoint:
