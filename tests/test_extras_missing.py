@@ -20,7 +20,8 @@ from looped.train import RunConfig, Trainer
     (["lm-eval", "runs/none", "--tasks", "wikitext"], "lm_eval", "looped[eval]"),
 ])
 def test_a_command_of_a_missing_extra_is_one_line(argv, package, extra, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, package, None)  # `import package` now raises ImportError
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")] + [package]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing the package or any submodule raises ImportError
     monkeypatch.delitem(sys.modules, "looped.integrations.lm_eval", raising=False)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
