@@ -70,6 +70,10 @@ class LoopedLM(LM):
         out: list[tuple[float, bool]] = []
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start:start + self.batch_size]
+            too_long = next((len(cont) for _, cont in chunk if len(cont) > self.context), None)
+            if too_long:
+                raise ValueError(f"a continuation of {too_long} bytes does not fit the model's context of "
+                                 f"{self.context}")
             rows = [([NEWLINE] + ctx + cont)[-(self.context + 1):] for ctx, cont in chunk]
             width = max(len(r) - 1 for r in rows)
             inputs = torch.zeros(len(rows), width, dtype=torch.long)
