@@ -9,7 +9,7 @@ import pytest
 
 from helpers import tiny_run_config, write_text_corpus
 
-pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'looped[wandb]')")
+wandb = pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'looped[wandb]')")
 
 from looped.config import from_dict  # noqa: E402
 from looped.train import RunConfig, Trainer  # noqa: E402
@@ -32,6 +32,7 @@ def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
     first = offline_runs(out)
     assert len(first) == 1 and first[0].endswith(run_id)
     Trainer(config, out, resume=True, progress=False, log=lambda _: None).run()
+    wandb.teardown()  # stop W&B's background service: everything it holds is now in the .wandb files
     runs = offline_runs(out)
     assert (out / ID_FILE).read_text().strip() == run_id
     assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs)  # one W&B run, two sessions
