@@ -39,6 +39,10 @@ class ConfigError(ValueError):
     """A configuration value or key is wrong; the message names the key."""
 
 
+class MissingExtra(RuntimeError):
+    """An optional integration is used without its extra installed; the message names the pip command."""
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 

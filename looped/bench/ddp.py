@@ -1,10 +1,12 @@
-"""DDP equivalence: the loss curve of `torchrun --nproc_per_node K` against one process, same global batch.
+"""DDP / FSDP equivalence: the loss curve of `torchrun --nproc_per_node K` against one process, same global
+batch.
 
-    looped bench ddp [--procs 2] [--steps 10] [--out results/bench/ddp.json]
+    looped bench ddp [--procs 2] [--steps 10] [--parallel ddp|fsdp] [--out results/bench/ddp.json]
 
 Trains the quickstart model on the embedded corpus twice (one process with gradient accumulation, then K
-gloo processes each holding a disjoint slice of every global batch) and reports the largest relative
-difference between the two loss curves. Correctness, not speed: the JSON holds both curves.
+gloo processes each holding a disjoint slice of every global batch; `--parallel fsdp` shards the model over them
+with FSDP2) and reports the largest relative difference between the two loss curves. Correctness, not speed: the
+JSON holds both curves.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ddp_bench(procs: int = 2, steps: int = 10) -> dict:
+def run_ddp_bench(procs: int = 2, steps: int = 10, parallel: str = "ddp") -> dict:
     config = merge(QUICKSTART, {"train": {"max_steps": steps, "eval_every": 0, "eval_batches": 1, "log_every": 1,
-                                          "micro_batch_size": 8 // procs, "threads": 1}})
+                                          "micro_batch_size": 8 // procs, "threads": 1, "parallel": parallel}})
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
@@ -52,7 +54,8 @@ def run_ddp_bench(procs: int = 2, steps: int = 10) -> dict:
         subprocess.run(launcher + base[1:] + ["--out", f"{tmp}/ddp"], check=True, env=env, capture_output=True)
         single, ddp = losses(Path(tmp) / "single"), losses(Path(tmp) / "ddp")
     rel = max(abs(a - b) / abs(a) for a, b in zip(single, ddp))
-    return {"benchmark": "ddp_equivalence", "procs": procs, "steps": steps, "global_batch": 8,
+    return {"benchmark": f"{parallel}_equivalence", "parallel": parallel, "procs": procs, "steps": steps,
+            "global_batch": 8,
             "single_process_losses": single, "ddp_losses": ddp, "max_relative_difference": rel,
             "goal": {"max_relative_difference": 1e-5, "met": rel <= 1e-5}, "environment": environment()}
 
@@ -60,12 +63,14 @@ def run_ddp_bench(procs: int = 2, steps: int = 10) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp",
+                        help="replicate the model (DDP) or shard it (FSDP2)")
+    parser.add_argument("--out", type=Path, help="default results/bench/<parallel>.json")
 
 
 def main(args: argparse.Namespace) -> int:
-    result = run_ddp_bench(args.procs, args.steps)
-    path = write_json(args.out, result)
+    result = run_ddp_bench(args.procs, args.steps, args.parallel)
+    path = write_json(args.out or DEFAULT_OUT.with_name(f"{args.parallel}.json"), result)
     print(f"{args.procs} processes vs 1, {args.steps} updates: max relative loss difference "
           f"{result['max_relative_difference']:.2e} (goal <= 1e-5: {'met' if result['goal']['met'] else 'missed'})")
     print(f"wrote {path}")

@@ -1,15 +1,27 @@
-"""What every command module of the CLI shares: the `--set` option and looped's one-line errors."""
+"""What every command module of the CLI shares: the `--set` option, JSON results and looped's one-line errors."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 
 def add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
+
+
+def print_json(result: dict, out: str | None = None) -> None:
+    """Print a command's JSON result and, with --out, also write it there (atomically)."""
+    from ..io import atomic_write_text
+
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        atomic_write_text(Path(out), text + "\n")
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -19,14 +31,16 @@ def fail(message: str, code: int = 2) -> int:
 
 def user_error_types() -> tuple[type, ...]:
     """Exceptions that mean "the input or the environment is wrong", reported in one line: the project's own
-    (ConfigError, CheckpointError, DataError, TaskError ... are ValueErrors; training and run-folder errors)
+    (ConfigError, CheckpointError, DataError, TaskError ... are ValueErrors; training, run-folder and Hub errors)
     and OSError (missing or unwritable path, full disk). Anything else is a bug and keeps its traceback."""
     import torch
 
+    from ..config import MissingExtra
+    from ..hub import HubError
     from ..train.run_folder import RunFolderError
     from ..train.trainer import TrainingError
 
-    return ValueError, OSError, TrainingError, RunFolderError, torch.OutOfMemoryError
+    return ValueError, OSError, TrainingError, RunFolderError, HubError, MissingExtra, torch.OutOfMemoryError
 
 
 def describe(err: BaseException) -> str:

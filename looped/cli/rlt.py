@@ -10,12 +10,11 @@ The state file (what it holds, how a state from another model is refused) is inf
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from ..infer.state import continue_conversation
-from ..io import atomic_write_text
+from .common import print_json
 
 
 # --- commands ------------------------------------------------------------------------------------------------
@@ -63,11 +62,8 @@ def cmd_lengths(args) -> int:
     records = evaluate_lengths(model, config.task.name, variant=config.task.variant, lengths=args.lengths,
                                n=args.n, batch_size=args.batch_size,
                                log=None if args.quiet else lambda m: print(m, file=sys.stderr))
-    text = json.dumps({"run": str(args.run), "task": config.task.name, "variant": config.task.variant,
-                       "lengths": records}, indent=2)
-    print(text)
-    if args.out:
-        atomic_write_text(Path(args.out), text + "\n")
+    print_json({"run": str(args.run), "task": config.task.name, "variant": config.task.variant, "lengths": records},
+               args.out)
     return 0
 
 

@@ -17,20 +17,30 @@ from pathlib import Path
 from ..io import atomic_write_text
 from ..train.checkpoint import resolve_checkpoint
 from ..train.config import QUICKSTART
-from .common import add_set
+from .common import add_set, print_json
 
 # --- commands -------------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
     from ..config import to_dict
     from ..train import Trainer, load_run_config
 
+    from ..hub import is_hf_id, parse_hf_id
+
+    out = None
+    if args.config and is_hf_id(args.config[0]):  # continue a checkpoint pushed with its trainer state
+        if not (args.resume and len(args.config) == 1):
+            raise ValueError(f"{args.config[0]}: a pushed checkpoint is trained further with --resume (one config)")
+        from ..train.pretrained import seed_resume
+
+        out = Path(args.out or Path("runs") / parse_hf_id(args.config[0])[0].split("/")[1])
+        args.config = [str(seed_resume(args.config[0], out))]
     if args.config:
         config = load_run_config(args.config, args.set)
     elif args.resume and args.out:  # the run's own config (+ --set for the keys a resume may change)
         config = load_run_config(None, args.set, base=to_dict(run_config(args.out)))
     else:
         raise ValueError("give config file(s), or --out RUN --resume to continue a run with its own config")
-    out = Path(args.out or Path("runs") / "_".join(Path(c).stem for c in args.config))
+    out = out or Path(args.out or Path("runs") / "_".join(Path(c).stem for c in args.config))
     summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
     if os.environ.get("RANK", "0") == "0":
         print(json.dumps({"run": str(out), **summary}, indent=2))
@@ -106,10 +116,7 @@ def cmd_eval(args) -> int:
                              exit_threshold=args.exit_threshold, by_position=args.by_position)
         where = {"file": name} if args.file else {"corpus": name}
         results.append({**result, "checkpoint": str(folder), **where, "seconds": round(time.perf_counter() - start, 2)})
-    text = json.dumps(results if args.file and len(results) > 1 else results[0], indent=2)
-    print(text)
-    if args.out:
-        atomic_write_text(Path(args.out), text + "\n")
+    print_json(results if args.file and len(results) > 1 else results[0], args.out)
     return 0
 
 

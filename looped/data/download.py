@@ -18,13 +18,23 @@ gets ``sha256=None`` and the digest of its first download is recorded in
   to Parquet (#8)", the last commit touching ``wikitext-103-raw-v1/`` on main).
 * TinyStoriesV2-GPT4 text files: the train SHA-256 is shown as the Git-LFS object id on
   the Hugging Face ``roneneldan/TinyStories`` file page; sizes and the valid SHA-256 are
-  the values recorded by public projects that verified their downloads.
+  the values recorded by public projects that verified their downloads. The revision
+  pinned below (f54c09fd) is the snapshot public projects' Hub caches hold; the SHA-256
+  check, not the revision, is what guarantees the bytes.
+
+The Hugging-Face-hosted files are fetched at those pinned revisions, not from ``main``.
+With ``pip install 'looped[hub]'`` they go through huggingface_hub: the shared Hub cache
+(a second download is a cache hit), resumption of an interrupted download from its
+partial blob, HF_HUB_OFFLINE (cache only) and HF_ENDPOINT (a mirror). Without it, or
+for other hosts, they stream over plain HTTP (an interruption restarts the file).
 """
 
 import hashlib
 import http.client
+import importlib.util
 import json
 import os
+import shutil
 import sys
 import urllib.error
 import urllib.request
@@ -42,8 +52,18 @@ TIMEOUT_S = 60
 CHECKSUMS_FILE = "CHECKSUMS.json"
 TINYSTORIES_MAX_TRAIN_BYTES = 250_000_000  # the paper's training cap
 
-_WIKITEXT_URL = "https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-103-raw-v1/"
-_TINYSTORIES_URL = "https://huggingface.co/datasets/roneneldan/TinyStories/resolve/main/"
+_WIKITEXT = ("Salesforce/wikitext", "b08601e04326c79dfdd32d625aee71d232d685c3", "wikitext-103-raw-v1/")
+_TINYSTORIES = ("roneneldan/TinyStories", "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64", "")
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """Where a file lives on the Hugging Face Hub, pinned to one commit."""
+
+    repo_id: str
+    revision: str  # a full commit hash: the checksums below belong to this commit
+    path: str
+    repo_type: str = "dataset"
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,14 @@ class RemoteFile:
     url: str
     size: int | None
     sha256: str | None
+    hub: HubFile | None = None  # set for Hugging-Face-hosted files (fetched through huggingface_hub if installed)
+
+
+def _on_hub(source: tuple[str, str, str], filename: str, size: int, sha256: str) -> RemoteFile:
+    """A file of a Hub dataset repository (repo, pinned commit, folder); the URL is pinned to the commit too."""
+    repo_id, revision, folder = source
+    return RemoteFile(filename, f"https://huggingface.co/datasets/{repo_id}/resolve/{revision}/{folder}{filename}",
+                      size, sha256, HubFile(repo_id, revision, folder + filename))
 
 
 DATASETS: dict[str, tuple[RemoteFile, ...]] = {
@@ -66,44 +94,20 @@ DATASETS: dict[str, tuple[RemoteFile, ...]] = {
         ),
     ),
     "wikitext103": (
-        RemoteFile(
-            "train-00000-of-00002.parquet",
-            _WIKITEXT_URL + "train-00000-of-00002.parquet",
-            156_987_808,
-            "74da360f23826045b3e6ac6375411fdb15f003030aa74f2596ed08b857cb9212",
-        ),
-        RemoteFile(
-            "train-00001-of-00002.parquet",
-            _WIKITEXT_URL + "train-00001-of-00002.parquet",
-            157_088_770,
-            "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720",
-        ),
-        RemoteFile(
-            "validation-00000-of-00001.parquet",
-            _WIKITEXT_URL + "validation-00000-of-00001.parquet",
-            657_209,
-            "204929b7ff9d6184953f867dedb860e40aa69c078fc1e54b3baaa8fb28511c4c",
-        ),
-        RemoteFile(
-            "test-00000-of-00001.parquet",
-            _WIKITEXT_URL + "test-00000-of-00001.parquet",
-            732_610,
-            "5f1bea067869d04849c0f975a2b29c4ff47d867f484f5010ea5e861eab246d91",
-        ),
+        _on_hub(_WIKITEXT, "train-00000-of-00002.parquet", 156_987_808,
+                "74da360f23826045b3e6ac6375411fdb15f003030aa74f2596ed08b857cb9212"),
+        _on_hub(_WIKITEXT, "train-00001-of-00002.parquet", 157_088_770,
+                "ba090ac30dbf5461e8dcbdd1a1b8e6f3cf9c2c756d64f0c1220450acd514f720"),
+        _on_hub(_WIKITEXT, "validation-00000-of-00001.parquet", 657_209,
+                "204929b7ff9d6184953f867dedb860e40aa69c078fc1e54b3baaa8fb28511c4c"),
+        _on_hub(_WIKITEXT, "test-00000-of-00001.parquet", 732_610,
+                "5f1bea067869d04849c0f975a2b29c4ff47d867f484f5010ea5e861eab246d91"),
     ),
     "tinystories": (
-        RemoteFile(
-            "TinyStoriesV2-GPT4-train.txt",
-            _TINYSTORIES_URL + "TinyStoriesV2-GPT4-train.txt",
-            2_227_753_162,
-            "6418d412de72888f52b5142c761ac21a582f7d1166f0bfbdb5f03ccfdec90443",
-        ),
-        RemoteFile(
-            "TinyStoriesV2-GPT4-valid.txt",
-            _TINYSTORIES_URL + "TinyStoriesV2-GPT4-valid.txt",
-            22_502_601,
-            "6874bae9a4c1a4e7edcf0e53b86c17817e9cf881fc75ff2368da457b80c0585d",
-        ),
+        _on_hub(_TINYSTORIES, "TinyStoriesV2-GPT4-train.txt", 2_227_753_162,
+                "6418d412de72888f52b5142c761ac21a582f7d1166f0bfbdb5f03ccfdec90443"),
+        _on_hub(_TINYSTORIES, "TinyStoriesV2-GPT4-valid.txt", 22_502_601,
+                "6874bae9a4c1a4e7edcf0e53b86c17817e9cf881fc75ff2368da457b80c0585d"),
     ),
 }
 
@@ -190,7 +194,27 @@ def _network_error(url: str, reason: str, dest_dir: Path) -> DataError:
     )
 
 
-def _download_one(remote: RemoteFile, dest_dir: Path, opener: Opener, log: Log) -> Path:
+def _fetch_from_hub(remote: RemoteFile, part: Path) -> None:
+    """The pinned file through the Hub cache (resumable, shared, HF_HUB_OFFLINE-aware), linked or copied to `part`."""
+    from .. import hub
+
+    try:
+        cached = hub.download_file(remote.hub.repo_id, remote.hub.path, remote.hub.revision,
+                                   repo_type=remote.hub.repo_type).resolve()
+    except hub.HubError as err:
+        raise DataError(f"could not download {remote.filename}: {err}") from None
+    part.unlink(missing_ok=True)
+    try:
+        os.link(cached, part)  # same filesystem: no second copy of a 2.2 GB file
+    except OSError:
+        shutil.copyfile(cached, part)
+
+
+def _hub_available() -> bool:
+    return importlib.util.find_spec("huggingface_hub") is not None
+
+
+def _download_one(remote: RemoteFile, dest_dir: Path, opener: Opener | None, log: Log) -> Path:
     final = dest_dir / remote.filename
     expected_sha = remote.sha256 or _read_recorded(dest_dir).get(remote.filename)
     if final.is_file():
@@ -201,7 +225,13 @@ def _download_one(remote: RemoteFile, dest_dir: Path, opener: Opener, log: Log) 
         log(f"{final}: present but wrong ({problem}); downloading again")
     part = final.with_name(final.name + ".part")
     try:
-        _fetch(remote, part, dest_dir, opener)
+        if remote.hub is not None and opener is None and _hub_available():
+            _fetch_from_hub(remote, part)
+        else:
+            if remote.hub is not None and opener is None:
+                log(f"{remote.filename}: huggingface_hub is not installed, plain HTTP download (an interruption "
+                    f"restarts it; pip install 'looped[hub]' to resume)")
+            _fetch(remote, part, dest_dir, opener or urllib.request.urlopen)
         problem = _mismatch(part, remote, remote.sha256)
         if problem is not None:
             raise DataError(f"download of {remote.url} is corrupt: {problem} (deleted; try again)")
@@ -217,12 +247,13 @@ def _download_one(remote: RemoteFile, dest_dir: Path, opener: Opener, log: Log) 
 
 
 def download(
-    name: str, dest_dir: str | Path, *, opener: Opener = urllib.request.urlopen, log: Log = _log_to_stderr
+    name: str, dest_dir: str | Path, *, opener: Opener | None = None, log: Log = _log_to_stderr
 ) -> list[Path]:
     """Fetch every official file of dataset `name` (a DATASETS key) into `dest_dir`.
 
-    `opener(url, timeout=...)` must return a context manager with ``read(n)`` (and
-    optionally ``headers``), like ``urllib.request.urlopen``; tests pass fakes.
+    Hub-hosted files go through huggingface_hub when it is installed and no `opener` is
+    given. `opener(url, timeout=...)` must return a context manager with ``read(n)`` (and
+    optionally ``headers``), like ``urllib.request.urlopen`` (the default); tests pass fakes.
     Returns the final paths, in DATASETS order.
     """
     remotes = _files_of(name)

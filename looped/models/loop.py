@@ -112,7 +112,7 @@ class Workspace(nn.Module):
         self.query = nn.Linear(dim, slot_dim)  # W_q, b_q
         self.keys = nn.Parameter(torch.randn(slots, slot_dim) / math.sqrt(slot_dim))  # k_s ~ N(0, 1/m)
         self.out = nn.Linear(slot_dim, dim)  # W_o, b_o
-        self.gamma = nn.Parameter(torch.tensor(float(gamma_init)))
+        self.gamma = nn.Parameter(torch.full((1,), float(gamma_init)))  # 1-D: FSDP cannot shard 0-d
         # R retention logits l_r; the recomputed variant carries but does not use them (Appendix B)
         logit = math.log(retention_init / (1 - retention_init))
         self.retention = nn.Parameter(torch.full((rounds,), logit))

@@ -31,6 +31,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load as load_tensor_bytes
 
+from .. import hub
 from ..config import ConfigError, from_dict, to_dict
 from ..io import atomic_path, atomic_save_figure, atomic_write_text, umask  # noqa: F401  (re-exported)
 
@@ -207,9 +208,11 @@ def run_finished(run: Path) -> bool:
 
 
 def resolve_checkpoint(path: str | Path, which: str | None = None, note=None) -> Path:
-    """A checkpoint folder, or the newest complete checkpoints/<which> of a run folder (default: the run's
-    train.select; `best` before any evaluation falls back to `last` with a note). CheckpointError otherwise."""
-    folder = Path(path)
+    """A checkpoint folder, the newest complete checkpoints/<which> of a run folder (default: the run's
+    train.select; `best` before any evaluation falls back to `last` with a note) or a pushed checkpoint
+    `hf:ORG/NAME[@REV]` (its local snapshot in the Hub cache, `pip install 'looped[hub]'`). CheckpointError
+    otherwise."""
+    folder = hub.snapshot(str(path)) if hub.is_hf_id(str(path)) else Path(path)
     note = note or (lambda message: print(f"looped: note: {message}", file=sys.stderr))
     if is_checkpoint(folder):
         return folder
@@ -259,7 +262,9 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: damaged file (its SHA-256 differs from the one recorded in "
                               f"{MANIFEST} when it was written)")
     try:
-        return load_tensor_bytes(data)
+        # sorted: safetensors gives the tensors of a byte buffer in an order that varies between processes,
+        # and FSDP ranks must walk the optimizer state in one order (its loading is a collective)
+        return dict(sorted(load_tensor_bytes(data).items()))
     except (SafetensorError, ValueError) as err:
         raise CheckpointError(f"{path}: corrupt safetensors file ({str(err).splitlines()[0]})") from None
 
@@ -284,6 +289,7 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
     if saved_arch is not None and arch is not None and saved_arch != arch:
         raise CheckpointError(f"{folder}: a {saved_arch!r} checkpoint cannot be loaded as {arch!r}")
     own = model.state_dict()
+    weights = {k: _legacy_shape(v, own[k]) if k in own else v for k, v in weights.items()}
     missing = sorted(set(own) - set(weights))
     unexpected = sorted(set(weights) - set(own))
     if missing or unexpected:
@@ -294,6 +300,12 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
             raise CheckpointError(f"{folder}: {key} has shape {tuple(value.shape)}, model expects "
                                   f"{tuple(own[key].shape)}")
     model.load_state_dict(weights)
+
+
+def _legacy_shape(saved: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Scalars that became 1-element vectors (the workspace gain gamma was 0-d before FSDP support, which cannot
+    shard 0-d parameters) load from older checkpoints; any other shape difference is left for the caller."""
+    return saved.reshape(expected.shape) if saved.dim() == 0 and expected.shape == (1,) else saved
 
 
 def load_model(folder: Path, device: str | torch.device = "cpu"):
@@ -308,21 +320,30 @@ def load_model(folder: Path, device: str | torch.device = "cpu"):
 
 # --- trainer state: optimizer + RNG streams as tensors, scalars as JSON ----------------------------------
 
-def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
-    state = optimizer.state_dict()
+def optimizer_tensors(optimizer: torch.optim.Optimizer,
+                      state: dict | None = None) -> tuple[dict[str, torch.Tensor], dict]:
+    """state: optimizer.state_dict() by default (FSDP passes the gathered full state)."""
+    state = state or optimizer.state_dict()
     tensors = {f"optim.{idx}.{key}": value for idx, entry in state["state"].items()
                for key, value in entry.items()}
     groups = [{k: v for k, v in g.items()} for g in state["param_groups"]]
     return tensors, {"param_groups": groups}
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+def optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    """The optimizer.state_dict() stored by optimizer_tensors (moments of older 0-d parameters reshaped)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in tensors.items():
         if name.startswith("optim."):
             _, idx, key = name.split(".", 2)
-            state.setdefault(int(idx), {})[key] = value
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+            param = params[int(idx)]
+            state.setdefault(int(idx), {})[key] = value if key == "step" else _legacy_shape(value, param)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    optimizer.load_state_dict(optimizer_state(optimizer, tensors, meta))
 
 
 def rng_tensors() -> tuple[dict[str, torch.Tensor], dict]:

@@ -10,6 +10,7 @@ from ..config import ConfigError, from_dict, merge, parse_overrides, read_yaml
 from ..data import DataConfig
 from ..models import TransformerConfig, get_arch
 from .tasks import LMTaskConfig, task_config_class
+from .tracking import WandbConfig
 
 
 @dataclass
@@ -49,8 +50,10 @@ class TrainConfig:
     select: Literal["last", "best"] = "last"  # which checkpoint `eval`/`generate` use by default
     log_every: int = 10
     tensorboard: bool = False
+    wandb: WandbConfig | None = None  # {project, entity, name}: also log to Weights & Biases (looped[wandb])
     threads: int | None = None  # torch intra-op threads; None = torch's default
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (DDP) or shard (FSDP2) the model
 
     def validate(self) -> None:
         if (self.max_steps is None) == (self.max_targets is None):

@@ -37,6 +37,7 @@ from .config import RunConfig
 from .distributed import Dist, all_mean, any_rank, barrier, init_distributed, shutdown
 from .run_folder import RunLock, existing_run, read_metrics
 from .tasks import make_task
+from .tracking import WandbSink
 from .schedule import learning_rate
 
 
@@ -54,7 +55,15 @@ class TrainingInterrupted(TrainingError):
 # checkpoint cadence, threads, default checkpoint selection). Anything else would silently mix two runs.
 RESUMABLE_KEYS = frozenset(f"train.{k}" for k in (
     "max_steps", "max_targets", "log_every", "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every",
-    "threads", "tensorboard", "select"))
+    "threads", "tensorboard", "select",
+    # how a run is spread over processes and where it is logged do not change what it computes: a DDP or FSDP
+    # checkpoint resumes in one process, W&B can be turned on later
+    "parallel", "wandb"))
+
+
+def local_tensor(p: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of an FSDP2 (DTensor) parameter, the parameter itself otherwise."""
+    return p.to_local() if hasattr(p, "to_local") else p
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -135,6 +144,7 @@ class Trainer:
                                 f"each of {self.dist.world} process(es) gets per update")
         self.accumulation = per_rank // self.micro
         self.per_rank = per_rank
+        self.fsdp = tc.parallel == "fsdp" and self.dist.enabled  # one process: plain training either way
 
     def log(self, message: str) -> None:
         if self.dist.main:
@@ -157,6 +167,12 @@ class Trainer:
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
         self.total_steps = tc.max_steps or math.ceil(tc.max_targets / self.targets_per_update)
+        if self.fsdp:  # shard before the optimizer sees the parameters; resumed weights are loaded unsharded
+            from .fsdp import shard
+
+            if self.resume:
+                ckpt.load_weights(self.model, last)
+            shard(self.model, self.dist.device, tc.precision)
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
                                            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
@@ -164,12 +180,14 @@ class Trainer:
         if self.resume:
             self._restore(last)
         self.ddp_model = self.model
-        if self.dist.enabled:
+        if self.dist.enabled and not self.fsdp:
             self.ddp_model = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.dist.local_rank] if self.dist.device.type == "cuda" else None)
         if self.dist.main:
             atomic_write_text(self.out_dir / "config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.writer = self._tensorboard() if tc.tensorboard and self.dist.main else None
+        self.tracker = WandbSink(tc.wandb, self.out_dir, to_dict(cfg), self.resume) \
+            if tc.wandb and self.dist.main else None
 
     def _claim_folder(self) -> None:
         """Rank 0: refuse a folder holding another run (touching nothing), lock it, and on --resume put the
@@ -205,7 +223,8 @@ class Trainer:
         if diff:
             raise TrainingError(f"--resume: the config disagrees with the checkpoint at {diff}; only "
                                 f"{', '.join(sorted(RESUMABLE_KEYS))} may change")
-        ckpt.load_weights(self.model, folder)
+        if not self.fsdp:
+            ckpt.load_weights(self.model, folder)
         tensors = ckpt.read_tensors(folder / "trainer.safetensors")
         try:
             meta = json.loads((folder / "trainer.json").read_text())
@@ -216,7 +235,14 @@ class Trainer:
                                 f"{self.total_steps} updates; raise train.max_steps / train.max_targets")
         if meta.get("world") not in (None, self.dist.world) and self.config.data.sampler == "historical":
             self.log(f"resuming a {meta['world']}-process run with {self.dist.world} process(es)")
-        ckpt.restore_optimizer(self.optimizer, {k: v.to(self.dist.device) for k, v in tensors.items()}, meta["optim"])
+        optim_tensors = {k: v.to(self.dist.device) for k, v in tensors.items()}
+        if self.fsdp:
+            from .fsdp import load_full_optimizer_state
+
+            load_full_optimizer_state(self.optimizer, ckpt.optimizer_state(self.optimizer, optim_tensors,
+                                                                           meta["optim"]))
+        else:
+            ckpt.restore_optimizer(self.optimizer, optim_tensors, meta["optim"])
         ckpt.restore_rng(tensors, meta["rng"])
         self.task.load_state_dict({**{k[len("task."):]: v for k, v in tensors.items()
                                       if k.startswith("task.")}, **meta["task"]})
@@ -284,6 +310,8 @@ class Trainer:
             bar.close()
             if self.writer is not None:
                 self.writer.close()
+            if self.tracker is not None:
+                self.tracker.close()
         shutdown(self.dist)
         return {"step": self.step, "total_steps": self.total_steps, "eval": last_eval,
                 "best_step": self.best_step, "best_loss": self.best_loss}
@@ -309,7 +337,8 @@ class Trainer:
         for micro in range(self.accumulation):
             micro_batch = task.to(task.shard(mine, micro * self.micro, (micro + 1) * self.micro), device)
             sync = micro == self.accumulation - 1
-            with (nullcontext() if sync or not self.dist.enabled else self.ddp_model.no_sync()):
+            # FSDP reduce-scatters every micro-batch into the sharded gradients (DDP defers to the last one)
+            with (nullcontext() if sync or not self.dist.enabled or self.fsdp else self.ddp_model.no_sync()):
                 with autocast:
                     loss = task.loss(self.ddp_model, micro_batch) / self.accumulation
                 loss.backward()
@@ -318,7 +347,8 @@ class Trainer:
         if not math.isfinite(loss_value):
             self._stop_non_finite(f"loss became {loss_value}")
         clip = cfg.optim.grad_clip or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        grad_norm = (grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm).item()
         if not math.isfinite(grad_norm):  # checked before the step: the weights stay as they were
             self._stop_non_finite(f"gradient norm became {grad_norm}")
         self.optimizer.step()
@@ -336,7 +366,7 @@ class Trainer:
     def _evaluate(self) -> dict | None:
         result = None
         self.evaluated_step = self.step
-        if self.dist.main:
+        if self.dist.main or self.fsdp:  # a sharded model's forward is a collective: every rank evaluates
             tc = self.config.train
             dtype = torch.bfloat16 if tc.precision == "bf16" else None
             result = self.task.evaluate(self.model, batch_size=tc.eval_batch_size, max_batches=tc.eval_batches,
@@ -357,21 +387,34 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         with open(self.out_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(event) + "\n")
+        if self.tracker is not None:
+            self.tracker.log(event)
         if self.writer is not None:
             for key, value in event.items():
                 if key != "step" and isinstance(value, (int, float)):
                     self.writer.add_scalar(key, value, event["step"])
 
     def _save(self, which: str) -> None:
-        """Every rank calls this; rank 0 writes, the others wait for the write to finish."""
-        if self.dist.main:
+        """Every rank calls this; rank 0 writes (FSDP: after every rank helped gather), the others wait."""
+        if self.dist.main or self.fsdp:
             self._write_checkpoint(which)
         barrier(self.dist)
+        if which == "last":  # on every rank: each decides from it whether a checkpoint is still due (collectives)
+            self.saved_step = self.step
 
     def _write_checkpoint(self, which: str) -> None:
-        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+        if not all(torch.isfinite(local_tensor(p)).all() for p in self.model.parameters()):
             self._stop_non_finite("a weight became non-finite", self.step)
-        optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
+        if self.fsdp:  # gather the shards on every rank (collectives), then only rank 0 writes
+            from .fsdp import full_model_state, full_optimizer_state
+
+            model_file = (full_model_state(self.model), ckpt.model_file(self.model)[1])
+            optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer, full_optimizer_state(self.optimizer))
+            if not self.dist.main:
+                return
+        else:
+            model_file = ckpt.model_file(self.model)
+            optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng_tensors, rng_meta = ckpt.rng_tensors()
         task_state = self.task.state_dict()
         task_tensors = {f"task.{k}": v for k, v in task_state.items() if isinstance(v, torch.Tensor)}
@@ -382,9 +425,7 @@ class Trainer:
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.checkpoints / which, {
             "config.json": ckpt.config_json(self.config),
-            "model.safetensors": ckpt.model_file(self.model),
+            "model.safetensors": model_file,
             "trainer.safetensors": {**optim_tensors, **rng_tensors, **task_tensors},
             "trainer.json": json.dumps(meta),
         })
-        if which == "last":
-            self.saved_step = self.step

@@ -1,0 +1,1 @@
+"""Optional integrations with other tools (each needs its extra)."""
