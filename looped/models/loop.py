@@ -169,6 +169,7 @@ class LoopedLM(CausalLM):
     """
 
     uses_workspace = False
+    compiled_methods = ("round_step",)
 
     def __init__(self, config: LoopConfig):
         super().__init__()
@@ -206,10 +207,17 @@ class LoopedLM(CausalLM):
         e = self.anchor_embedding(tokens, start)
         h, exits, aux = e, [], {}
         for r in range(rounds):
-            x = self.block_input(r, e, h, state, aux)
-            h = self.block(x, cache=state.caches[r] if state is not None else None)
+            if state is None:
+                h = self.round_step(r, e, h, aux)
+            else:
+                h = self.block(self.block_input(r, e, h, state, aux), cache=state.caches[r])
             exits.append(h)
         return self.head(self.final_norm(self.readout(e, exits)))
+
+    def round_step(self, r: int, e: torch.Tensor, h: torch.Tensor, aux: dict) -> torch.Tensor:
+        """One round of the full forward, h^{r+1} = T(block input): what `train.compile` compiles, so that
+        any number of rounds reuses one graph."""
+        return self.block(self.block_input(r, e, h, None, aux))
 
     def run_rounds_early_exit(self, tokens: torch.Tensor, rounds: int, state: LoopState | None,
                               threshold: float) -> tuple[torch.Tensor, torch.Tensor]:

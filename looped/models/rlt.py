@@ -259,6 +259,8 @@ def init_weights(model: nn.Module) -> None:
 @register("rlt", RLTConfig, test_overrides=dict(dim=32, heads=2, ffn_dim=48, encoder_layers=1, decoder_layers=2,
                                                 window=3, context_length=32))
 class RLT(CausalLM):
+    compiled_methods = ("run_layers",)  # the decoder pass of one chunk (one position for RLT-1)
+
     def __init__(self, config: RLTConfig):
         super().__init__()
         config.validate()
@@ -506,6 +508,8 @@ class BaselineState(DecodeState):
 class RLTBaseline(CausalLM):
     """The paper's 'Transformer 8': the RLT encoder block stacked `layers` times, RMSNorm, tied readout."""
 
+    compiled_methods = ("compute",)
+
     def __init__(self, config: RLTBaselineConfig):
         super().__init__()
         config.validate()
@@ -526,6 +530,10 @@ class RLTBaseline(CausalLM):
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
         self.resolve_rounds(rounds)
         self.check_tokens(tokens)
+        return self.compute(tokens)
+
+    def compute(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The full forward on validated tokens, without caches."""
         return self.run(tokens, [None] * len(self.blocks))
 
     def init_state(self, batch: int, *, rounds: int | None = None) -> BaselineState:

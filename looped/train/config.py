@@ -51,6 +51,7 @@ class TrainConfig:
     tensorboard: bool = False
     threads: int | None = None  # torch intra-op threads; None = torch's default
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    compile: bool = False  # torch.compile each model's pure-tensor regions (looped/models/compile.py)
 
     def validate(self) -> None:
         if (self.max_steps is None) == (self.max_targets is None):

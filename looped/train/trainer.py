@@ -24,6 +24,7 @@ from tqdm import tqdm
 from ..config import to_dict
 from ..io import atomic_write_text
 from ..models import build_model
+from ..models.compile import compile_model
 from . import checkpoint as ckpt
 from .config import RunConfig
 from .distributed import Dist, all_mean, barrier, init_distributed, shutdown
@@ -93,6 +94,8 @@ class Trainer:
             raise TrainingError(f"--resume: no checkpoint to resume in {last}")
         torch.manual_seed(tc.seed)
         self.model = build_model(cfg.model).to(self.dist.device)
+        if tc.compile:  # in place, on the regions the model declares: checkpoints and DDP see the same module
+            compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
         self.total_steps = tc.max_steps or math.ceil(tc.max_targets / self.targets_per_update)
