@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 import yaml
 from torch import nn
-from tqdm import tqdm
 
 from ..config import to_dict
+from ..eval.progress import progress_bar
 from ..io import atomic_write_text
 from ..models import build_model
 from ..models.compile import compile_model
@@ -157,8 +157,8 @@ class Trainer:
         self.log(f"training {self.config.model.arch} ({self.model.parameter_counts()['total']:,} parameters) on "
                  f"{self.task.description}; {self.total_steps} updates x {tc.batch_size} sequences "
                  f"({self.dist.world} process(es), {self.accumulation} accumulation step(s))")
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=not (self.progress and self.dist.main),
-                   unit="upd", dynamic_ncols=True)
+        bar = progress_bar(total=self.total_steps, initial=self.step, disable=not (self.progress and self.dist.main),
+                           unit="upd", desc="train")
         last_eval = None
         try:
             window_start, window_targets = time.perf_counter(), 0
