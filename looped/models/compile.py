@@ -11,7 +11,7 @@ What is compiled, and what recompiles when:
   looped LMs and the DRT cores (shared_loop ... workspace_retention, drt, drt_tied, ut_act)  one round /
       step; the loop over rounds runs in Python around it, so a new `rounds` / `steps` value reuses the
       graph. The round index is an int: round 0 compiles once, round 1 recompiles once with the index
-      dynamic, later rounds reuse it (ACT also specialises on "last step of the budget": two graphs).
+      dynamic, later rounds reuse it.
   rlt, rlt0  the encoder stack and the decoder pass of one chunk (one position for RLT-1). The window
       and memory lengths grow over the first positions: sizes 0 and 1 are specialised, then the length is
       dynamic, so a few graphs serve every length.

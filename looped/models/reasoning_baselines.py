@@ -240,20 +240,20 @@ class UniversalTransformerACT(ReasoningModel):
         # steps taken (each (n, L)), the running flags and the weighted output (n, L, d)
         carry = (h, h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length),
                  torch.ones(n, length, dtype=torch.bool, device=h.device), torch.zeros_like(h))
+        last = torch.arange(budget, device=h.device) == budget - 1  # a tensor flag: one compiled graph per step
         for t in range(budget):
-            carry = self.act_step(carry, self.depth_embedding.weight[t], mask, t == budget - 1)
+            carry = self.act_step(carry, self.depth_embedding.weight[t], mask, last[t])
             if not carry[5].any():  # every position has halted (a host sync: kept out of the compiled step)
                 break
         _, _, remainders, weight_sum, steps_taken, _, output = carry
         return output, PonderStats(steps_taken, remainders, weight_sum, real)
 
-    def act_step(self, carry: tuple[torch.Tensor, ...], row: torch.Tensor, mask: torch.Tensor, last: bool):
-        """One ACT step with depth row E[t] (d,); `last`: the budget's final step, where every position halts."""
+    def act_step(self, carry: tuple[torch.Tensor, ...], row: torch.Tensor, mask: torch.Tensor, last: torch.Tensor):
+        """One ACT step with depth row E[t] (d,); `last` (bool, 0-d): the budget's final step, where every
+        position halts."""
         h, mass, remainders, weight_sum, steps_taken, running, output = carry
         p = torch.sigmoid(self.halting(h)).squeeze(-1)  # (n, L)
-        halts_now = running & (mass + p > self.config.halting_threshold)
-        if last:
-            halts_now = running
+        halts_now = running & ((mass + p > self.config.halting_threshold) | last)
         continues = running & ~halts_now
         remainder = torch.where(halts_now, 1 - mass, torch.zeros_like(mass))
         weight = torch.where(continues, p, remainder)  # 0 for positions halted earlier
