@@ -107,9 +107,11 @@ def test_clw_bench_runs_every_row_side_by_side():
     assert set(train["rows"]) == set(ROWS)
     assert all(r["parameters"] > 900_000 and r["median_s"] > 0 for r in train["rows"].values())
     assert train["workspace_over_anchored"]["median_of_rounds"] > 0
-    decode = run_clw_decode_bench(context=48, prompt=16, sample_every=16)
+    decode = run_clw_decode_bench(context=48, prompt=16, sample_every=16, repeats=1)
     assert set(decode["rows"]) == set(ROWS)
     assert all(r["max_logit_difference"] < 1e-4 for r in decode["rows"].values())
+    side = decode["workspace_over_anchored_tokens_per_s"]
+    assert side["pairs"] == 48 - 16 and side["median_of_token_pairs"] > 0 and side["goal_min"] == 0.8
 
 
 def test_growth_exponent_recovers_a_power_law():
