@@ -126,10 +126,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--no-decode", action="store_true", help="skip the decoding benchmark")
+    parser.add_argument("--decode-only", action="store_true", help="only the decoding benchmark (small budget)")
     parser.add_argument("--out", type=Path)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.decode_only:
+        return decode_only(args.out or DEFAULT_OUT.with_name("clw_decode.json"))
     small = args.budget == "small"
     train = run_clw_train_bench(args.budget, seq=args.seq or (512 if small else 64),
                                 batch=args.batch or (8 if small else 1), steps=args.steps, optimizer=small,
@@ -148,12 +151,24 @@ def main(args: argparse.Namespace) -> int:
     ratio = train["workspace_over_anchored"]["median_of_rounds"]
     print(f"workspace / anchored step time: {ratio:.3f} (goal <= {GOAL_RATIO})")
     if "decode" in result:
-        print_table(["row", "ms/token", "tokens/s", "speed-up vs recompute at context"],
-                    [[row, f"{r['incremental_ms_per_token']:.2f}", f"{r['tokens_per_s']:,.0f}",
-                      f"{r['speedup_at_context']:.1f}x"] for row, r in result["decode"]["rows"].items()])
-        side = result["decode"].get("workspace_over_anchored_tokens_per_s")
-        if side:
-            print(f"workspace / anchored decoding tokens/s, side by side: {side['median_of_token_pairs']:.3f} "
-                  f"(goal >= {DECODE_GOAL}, {'met' if side['met'] else 'not met'})")
+        print_decode(result["decode"])
     print(f"wrote {path}")
     return 0
+
+
+def decode_only(out: Path) -> int:
+    decode = run_clw_decode_bench()
+    path = write_json(out, {"decode": decode, "environment": environment()})
+    print_decode(decode)
+    print(f"wrote {path}")
+    return 0
+
+
+def print_decode(decode: dict) -> None:
+    print_table(["row", "ms/token", "tokens/s", "speed-up vs recompute at context"],
+                [[row, f"{r['incremental_ms_per_token']:.2f}", f"{r['tokens_per_s']:,.0f}",
+                  f"{r['speedup_at_context']:.1f}x"] for row, r in decode["rows"].items()])
+    side = decode.get("workspace_over_anchored_tokens_per_s")
+    if side:
+        print(f"workspace / anchored decoding tokens/s, side by side: {side['median_of_token_pairs']:.3f} "
+              f"(goal >= {DECODE_GOAL}, {'met' if side['met'] else 'not met'})")
