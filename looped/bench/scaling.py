@@ -29,7 +29,7 @@ import torch
 
 from ..models import build_model, get_arch
 from ..nn import KVCache
-from ..train.checkpoint import atomic_save_figure
+from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, torch_threads, write_json
 from .train import make_train_step, time_interleaved
 
