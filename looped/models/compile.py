@@ -12,9 +12,9 @@ What is compiled, and what recompiles when:
       step; the loop over rounds runs in Python around it, so a new `rounds` / `steps` value reuses the
       graph. The round index is an int: round 0 compiles once, round 1 recompiles once with the index
       dynamic, later rounds reuse it.
-  rlt, rlt0  the encoder stack and the decoder pass of one chunk (one position for RLT-1). The window
-      and memory lengths grow over the first positions: sizes 0 and 1 are specialised, then the length is
-      dynamic, so a few graphs serve every length.
+  rlt, rlt0  each decoder layer's SwiGLU sublayer (one graph per layer and chunk size; for RLT-0 the
+      length becomes dynamic after the first new length). The attention stays eager: its window and memory
+      lengths grow over the first positions, and inductor (torch 2.13) fails on that dynamic backward.
 Under torch.inference_mode / no_grad (evaluation) each region compiles once more. Decoding with an
 incremental state (`decode`) stays eager.
 """

@@ -237,10 +237,17 @@ class DecoderLayer(nn.Module):
         self.ffn = SwiGLU(c.dim, c.ffn_dim)
 
     def forward(self, x, rope, past, memory, swa_mask, cross_mask):
+        x, window = self.attend(x, rope, past, memory, swa_mask, cross_mask)
+        return self.feed_forward(x), window
+
+    def attend(self, x, rope, past, memory, swa_mask, cross_mask):
+        """The two attention sublayers with their residuals; returns x and this layer's new window K/V."""
         y, window = self.swa(self.swa_norm(x), rope, past, swa_mask)
         x = x + y
-        x = x + self.cross(self.cross_norm(x), rope, memory, cross_mask)
-        return x + self.ffn(self.ffn_norm(x)), window
+        return x + self.cross(self.cross_norm(x), rope, memory, cross_mask), window
+
+    def feed_forward(self, x):
+        return x + self.ffn(self.ffn_norm(x))
 
 
 def init_weights(model: nn.Module) -> None:
@@ -259,7 +266,10 @@ def init_weights(model: nn.Module) -> None:
 @register("rlt", RLTConfig, test_overrides=dict(dim=32, heads=2, ffn_dim=48, encoder_layers=1, decoder_layers=2,
                                                 window=3, context_length=32))
 class RLT(CausalLM):
-    compiled_methods = ("run_layers",)  # the decoder pass of one chunk (one position for RLT-1)
+    # train.compile: the decoder layers' SwiGLU sublayers, whose shapes never grow. Not the attention: the
+    # window and memory lengths grow over the first positions, and inductor fails to compile the backward
+    # of that dynamic-shape graph at the bench shape (torch 2.13, "Exponent must be non-negative").
+    compiled_methods = ("feed_forward",)
 
     def __init__(self, config: RLTConfig):
         super().__init__()
@@ -399,9 +409,14 @@ class RLT(CausalLM):
         groups = [(k[:, :, :end], v[:, :, :end]) for k, v in memory]  # views, no copies
         new_windows = []
         for layer, past, group in zip(self.decoder, windows, self.memory_group):
-            x, window = layer(x, rope, past, groups[group], swa_mask, cross_mask)
+            x, window = layer.attend(x, rope, past, groups[group], swa_mask, cross_mask)
+            x = self.feed_forward(layer, x)
             new_windows.append(window)
         return x, new_windows
+
+    def feed_forward(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
+        """Decoder layer `layer`'s SwiGLU sublayer with its residual (what train.compile compiles)."""
+        return layer.feed_forward(x)
 
     # --- state ------------------------------------------------------------------------------------------
     def new_state(self, batch: int, capacity: int) -> RLTState:
