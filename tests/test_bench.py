@@ -112,6 +112,8 @@ def test_clw_bench_runs_every_row_side_by_side():
     assert all(r["max_logit_difference"] < 1e-4 for r in decode["rows"].values())
     side = decode["workspace_over_anchored_tokens_per_s"]
     assert side["pairs"] == 48 - 16 and side["median_of_token_pairs"] > 0 and side["goal_min"] == 0.8
+    calls = side["operator_calls_per_token"]  # the workspace adds its read to every round
+    assert calls["workspace"]["kernel_calls"] > calls["anchored_loop"]["kernel_calls"] > 0
 
 
 def test_growth_exponent_recovers_a_power_law():

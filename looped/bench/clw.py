@@ -92,6 +92,7 @@ def run_clw_decode_bench(context: int = 512, prompt: int = 64, threads: int | No
                         "max_logit_difference": diff}
         pair = {row: models[row] for row in ("anchored_loop", "workspace")}
         side_by_side = interleaved_decode_times(pair, tokens, prompt, repeats)
+        kernels = {row: decode_kernel_counts(model, tokens, prompt) for row, model in pair.items()}
     ratios = [a / w for a, w in zip(side_by_side["anchored_loop"], side_by_side["workspace"])]
     ratio = statistics.median(ratios)
     return {"benchmark": "clw_decode", "context": context, "prompt": prompt, "threads": used_threads, "rows": out,
@@ -101,7 +102,33 @@ def run_clw_decode_bench(context: int = 512, prompt: int = 64, threads: int | No
                 "method": f"both rows prefill {prompt} tokens, then decode one token per call to {context}, "
                           f"alternating rows token by token, {repeats} passes; ratio = anchored / workspace "
                           "step time per token, median over all pairs",
-                "goal_min": DECODE_GOAL, "met": ratio >= DECODE_GOAL}}
+                "goal_min": DECODE_GOAL, "met": ratio >= DECODE_GOAL,
+                "operator_calls_per_token": kernels}}
+
+
+# Operators that only make views, allocate or dispatch to another listed operator: not kernels of their own.
+NON_KERNEL_OPS = {"view", "as_strided", "slice", "select", "t", "transpose", "unsqueeze", "squeeze", "expand",
+                  "reshape", "resolve_conj", "_unsafe_view", "unflatten", "empty", "empty_strided", "detach",
+                  "alias", "permute", "split", "chunk", "unbind", "contiguous", "linear", "matmul", "layer_norm",
+                  "softmax", "to", "_to_copy", "scaled_dot_product_attention", "lift_fresh"}
+
+
+def decode_kernel_counts(model, tokens: torch.Tensor, prompt: int, steps: int = 16) -> dict:
+    """Where a decoded token's time goes at batch 1: aten operator calls per token, all of them and the
+    ones that run a kernel (NON_KERNEL_OPS excluded), from the profiler over `steps` decode calls."""
+    from torch.profiler import profile
+
+    steps = min(steps, tokens.shape[1] - prompt - 1)
+    state = model.init_state(1)
+    model.decode(tokens[:, :prompt], state)
+    model.decode(tokens[:, prompt:prompt + 1], state)  # the first call builds per-state caches
+    with profile() as prof:
+        for t in range(prompt + 1, prompt + 1 + steps):
+            model.decode(tokens[:, t:t + 1], state)
+    counts = {e.key[len("aten::"):]: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+    kernels = {op: n / steps for op, n in sorted(counts.items()) if op not in NON_KERNEL_OPS}
+    return {"aten_calls": sum(counts.values()) / steps, "kernel_calls": sum(kernels.values()),
+            "kernel_calls_by_op": kernels}
 
 
 def interleaved_decode_times(models: dict, tokens: torch.Tensor, prompt: int, repeats: int) -> dict[str, list]:
@@ -172,3 +199,5 @@ def print_decode(decode: dict) -> None:
     if side:
         print(f"workspace / anchored decoding tokens/s, side by side: {side['median_of_token_pairs']:.3f} "
               f"(goal >= {DECODE_GOAL}, {'met' if side['met'] else 'not met'})")
+        calls = side.get("operator_calls_per_token", {})
+        print("kernel calls per token: " + ", ".join(f"{row} {c['kernel_calls']:.0f}" for row, c in calls.items()))
