@@ -160,9 +160,9 @@ def test_trainer_with_compile_trains_like_eager(tmp_path):
     corpus = write_text_corpus(tmp_path / "corpus.txt")
     losses = {}
     for flag in (False, True):
-        config = load_run_config(base=tiny_run_config(corpus, model=dict(arch="anchored_loop", dim=32, heads=4,
-                                                                             ffn_dim=48, rounds=2),
-                                                      train=dict(max_steps=3, compile=flag)))
+        base = tiny_run_config(corpus, train=dict(max_steps=3, compile=flag))
+        base["model"] = dict(arch="anchored_loop", dim=32, heads=4, ffn_dim=48, rounds=2)
+        config = load_run_config(base=base)
         summary = Trainer(config, tmp_path / f"run_{flag}", progress=False, log=lambda _: None).run()
         losses[flag] = summary["eval"]["loss"]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)

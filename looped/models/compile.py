@@ -15,6 +15,7 @@ What is compiled, and what recompiles when:
   rlt, rlt0  each decoder layer's SwiGLU sublayer (one graph per layer and chunk size; for RLT-0 the
       length becomes dynamic after the first new length). The attention stays eager: its window and memory
       lengths grow over the first positions, and inductor (torch 2.13) fails on that dynamic backward.
+  lstm  the readout (nn.LSTM is one fused operator, and Dynamo does not trace it).
 Under torch.inference_mode / no_grad (evaluation) each region compiles once more. Decoding with an
 incremental state (`decode`) stays eager.
 """
