@@ -107,6 +107,70 @@ def test_clw_bench_runs_every_row_side_by_side():
     assert set(train["rows"]) == set(ROWS)
     assert all(r["parameters"] > 900_000 and r["median_s"] > 0 for r in train["rows"].values())
     assert train["workspace_over_anchored"]["median_of_rounds"] > 0
-    decode = run_clw_decode_bench(context=48, prompt=16, sample_every=16)
+    decode = run_clw_decode_bench(context=48, prompt=16, sample_every=16, repeats=1)
     assert set(decode["rows"]) == set(ROWS)
     assert all(r["max_logit_difference"] < 1e-4 for r in decode["rows"].values())
+    side = decode["workspace_over_anchored_tokens_per_s"]
+    assert side["pairs"] == 48 - 16 and side["median_of_token_pairs"] > 0 and side["goal_min"] == 0.8
+    calls = side["operator_calls_per_token"]  # the workspace adds its read to every round
+    assert calls["workspace"]["kernel_calls"] > calls["anchored_loop"]["kernel_calls"] > 0
+
+
+def test_growth_exponent_recovers_a_power_law():
+    from looped.bench.scaling import growth_exponent
+
+    assert growth_exponent([256, 512, 1024], [3.0 * x**2 for x in (256, 512, 1024)]) == pytest.approx(2.0)
+    assert growth_exponent([1, 2, 4, 8], [5.0] * 4) == pytest.approx(0.0)
+
+
+def test_live_state_bytes_count_what_the_state_holds():
+    import torch
+
+    from looped.bench.scaling import live_state_bytes
+    from looped.models import build_model, get_arch
+
+    model = build_model(get_arch("transformer").tiny_config()).eval()  # 2 layers, 4 heads x 8, context 40
+    state = model.init_state(1)
+    with torch.no_grad():
+        model.decode(torch.zeros(1, 10, dtype=torch.long), state)
+    assert live_state_bytes(state) == 2 * 2 * (4 * 10 * 8) * 4  # layers x (K, V) x heads*positions*hd x fp32
+    rlt = build_model(get_arch("rlt").tiny_config()).eval()  # window 3: its caches keep 2 positions
+    states = {}
+    for n in (10, 20):
+        states[n] = rlt.init_state(1)
+        with torch.no_grad():
+            rlt.decode(torch.zeros(1, n, dtype=torch.long), states[n])
+    growth = live_state_bytes(states[20]) - live_state_bytes(states[10])
+    per_position = 2 * (1 + 1) * 32 * 4  # (encoder layer + memory group) x (K, V) x dim x fp32
+    assert growth == 10 * per_position  # the windows and the feedback register do not grow
+
+
+def test_scaling_bench_fits_every_curve_and_keeps_committed_results(tmp_path, monkeypatch, capsys):
+    from looped.bench import scaling
+
+    tiny = dict(dim=16, heads=2, ffn_dim=24)
+    monkeypatch.setattr(scaling, "DECODE_ROWS", {
+        "transformer": ("transformer", dict(tiny, layers=1)),
+        "workspace": ("workspace", dict(tiny, rounds=2, slots=2, slot_dim=4)),
+        "RLT-1": ("rlt", dict(tiny, encoder_layers=1, decoder_layers=1, window=3, vocab_size=257))})
+    monkeypatch.setattr(scaling, "TRAIN_SHAPE", dict(tiny, seq=8, batch=2))
+    monkeypatch.setattr(scaling, "TRAIN_ROWS", {"workspace": "workspace"})
+    monkeypatch.chdir(tmp_path)
+    committed = tmp_path / scaling.DEFAULT_OUT
+    committed.parent.mkdir(parents=True)
+    committed.write_text("{}")
+    assert cli(["scaling", "--contexts", "8", "16"]) == 2
+    assert committed.read_text() == "{}"
+    assert cli(["scaling", "--contexts", "8", "16", "--rounds", "1", "2", "--steps", "2", "--pairs", "1",
+                "--out", "fresh.json"]) == 0
+    data = json.loads((tmp_path / "fresh.json").read_text())
+    assert (tmp_path / "fresh.png").stat().st_size > 0
+    curves = data["decode"]["curves"]
+    assert set(curves) == {"transformer", "workspace", "RLT-1"}
+    for curve in curves.values():
+        assert list(curve["state_bytes"]) == ["8", "16"]
+        assert curve["state_bytes"]["16"] > curve["state_bytes"]["8"]
+        assert math.isfinite(curve["time_exponent"]) and math.isfinite(curve["memory_exponent"])
+    assert curves["transformer"]["memory_exponent"] == pytest.approx(1.0)  # a KV cache: linear in context
+    assert list(data["train"]["curves"]["workspace"]["step_s"]) == ["1", "2"]
+    assert "exponent" in capsys.readouterr().out

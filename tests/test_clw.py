@@ -121,6 +121,41 @@ def test_workspace_read_folds_the_normalisation_into_slot_weights():
                                ws.read(alpha, ws.memory(sums)))
 
 
+@pytest.mark.parametrize("length, with_carry", [(7, False), (7, True), (1, True), (1, False)])
+def test_fused_read_equals_the_equations_applied_in_turn(length, with_carry):
+    """read_recomputed (slot keys and gamma folded into the projections, 2-D matmuls, a bmm for one position)
+    computes project -> prefix_sums -> slot_weights -> memory -> read."""
+    ws = model_of("workspace").workspace
+    with torch.no_grad():
+        ws.gamma.fill_(0.7)
+        for norm in (ws.write_norm, ws.query_norm):
+            norm.bias.normal_()
+    u = torch.randn(2, length, ws.write_norm.normalized_shape[0], dtype=torch.float64)
+    carry = torch.rand(2, ws.slots, ws.slot_dim + 1, dtype=torch.float64) if with_carry else None
+    gate, value, query = ws.project(u)
+    sums = ws.prefix_sums(gate, value, carry)
+    want = ws.read(ws.slot_weights(query), ws.memory(sums))
+    got, got_sums = ws.read_recomputed(u, carry, ws.fold())
+    torch.testing.assert_close(got_sums, sums)
+    torch.testing.assert_close(got, want)
+
+
+def test_a_decode_state_refolds_after_a_parameter_changes():
+    """Decoding reuses the workspace fold across calls; an in-place update (an optimizer step) must renew it."""
+    model = model_of("workspace").float().eval()
+    state = model.init_state(1)
+    tokens = torch.randint(0, 257, (1, 4))
+    with torch.no_grad():
+        model.decode(tokens[:, :2], state)
+        first = state.folded[1]
+        model.decode(tokens[:, 2:3], state)
+        assert state.folded[1] is first  # reused
+        model.workspace.gamma.mul_(2.0)
+        model.decode(tokens[:, 3:4], state)
+    for cached, fresh in zip(state.folded[1], model.workspace.fold()):
+        torch.testing.assert_close(cached, fresh)
+
+
 def test_retention_blends_previous_round():
     m = model_of("workspace_retention")
     assert torch.sigmoid(m.workspace.retention).tolist() == pytest.approx([0.2] * m.config.rounds)

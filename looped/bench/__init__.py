@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import clw, ddp, decode, rlt, think, train
+from . import clw, ddp, decode, rlt, scaling, think, train
 from .decode import run_decode_bench
 from .train import run_train_bench
 
@@ -39,6 +39,8 @@ BENCHES: dict[str, Bench] = {
     "think": Bench("seed 002: depth-recurrent core vs horizontal chain of thought (peak memory, latency vs T)",
                    think.add_arguments, think.main),
     "clw": Bench("seed 000 rows side by side: training step time and decoding speed", clw.add_arguments, clw.main),
+    "scaling": Bench("cost growth: decode time and state memory vs context, training step time vs rounds",
+                     scaling.add_arguments, scaling.main),
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from .train import make_train_step, time_interleaved
 
 DEFAULT_OUT = Path("runs/bench/clw.json")
 GOAL_RATIO = 1.10
+DECODE_GOAL = 0.8  # workspace / anchored decoding tokens per second
 
 
 def build_rows(budget: str) -> dict[str, torch.nn.Module]:
@@ -68,8 +70,9 @@ def run_clw_train_bench(budget: str = "small", seq: int = 512, batch: int = 8, s
 
 @torch.no_grad()
 def run_clw_decode_bench(context: int = 512, prompt: int = 64, threads: int | None = 1,
-                         sample_every: int = 64) -> dict:
-    """Per-token incremental decoding vs recomputing the prefix, for every small-budget row."""
+                         sample_every: int = 64, repeats: int = 3) -> dict:
+    """Per-token incremental decoding vs recomputing the prefix, for every small-budget row; then the
+    workspace against the anchored loop with their decode steps interleaved token by token."""
     out = {}
     with torch_threads(threads) as used_threads:
         models = build_rows("small")
@@ -87,7 +90,60 @@ def run_clw_decode_bench(context: int = 512, prompt: int = 64, threads: int | No
                         "speedup_at_context": recompute[context] / result["steps"][-1],
                         "speedup_median_step": recompute[context] / step,
                         "max_logit_difference": diff}
-    return {"benchmark": "clw_decode", "context": context, "prompt": prompt, "threads": used_threads, "rows": out}
+        pair = {row: models[row] for row in ("anchored_loop", "workspace")}
+        side_by_side = interleaved_decode_times(pair, tokens, prompt, repeats)
+        kernels = {row: decode_kernel_counts(model, tokens, prompt) for row, model in pair.items()}
+    ratios = [a / w for a, w in zip(side_by_side["anchored_loop"], side_by_side["workspace"])]
+    ratio = statistics.median(ratios)
+    return {"benchmark": "clw_decode", "context": context, "prompt": prompt, "threads": used_threads, "rows": out,
+            "workspace_over_anchored_tokens_per_s": {
+                "median_of_token_pairs": ratio, "pairs": len(ratios),
+                "ms_per_token": {row: 1e3 * statistics.median(t) for row, t in side_by_side.items()},
+                "method": f"both rows prefill {prompt} tokens, then decode one token per call to {context}, "
+                          f"alternating rows token by token, {repeats} passes; ratio = anchored / workspace "
+                          "step time per token, median over all pairs",
+                "goal_min": DECODE_GOAL, "met": ratio >= DECODE_GOAL,
+                "operator_calls_per_token": kernels}}
+
+
+# Operators that only make views, allocate or dispatch to another listed operator: not kernels of their own.
+NON_KERNEL_OPS = {"view", "as_strided", "slice", "select", "t", "transpose", "unsqueeze", "squeeze", "expand",
+                  "reshape", "resolve_conj", "_unsafe_view", "unflatten", "empty", "empty_strided", "detach",
+                  "alias", "permute", "split", "chunk", "unbind", "contiguous", "linear", "matmul", "layer_norm",
+                  "softmax", "to", "_to_copy", "scaled_dot_product_attention", "lift_fresh"}
+
+
+def decode_kernel_counts(model, tokens: torch.Tensor, prompt: int, steps: int = 16) -> dict:
+    """Where a decoded token's time goes at batch 1: aten operator calls per token, all of them and the
+    ones that run a kernel (NON_KERNEL_OPS excluded), from the profiler over `steps` decode calls."""
+    from torch.profiler import profile
+
+    steps = min(steps, tokens.shape[1] - prompt - 1)
+    state = model.init_state(1)
+    model.decode(tokens[:, :prompt], state)
+    model.decode(tokens[:, prompt:prompt + 1], state)  # the first call builds per-state caches
+    with profile() as prof:
+        for t in range(prompt + 1, prompt + 1 + steps):
+            model.decode(tokens[:, t:t + 1], state)
+    counts = {e.key[len("aten::"):]: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+    kernels = {op: n / steps for op, n in sorted(counts.items()) if op not in NON_KERNEL_OPS}
+    return {"aten_calls": sum(counts.values()) / steps, "kernel_calls": sum(kernels.values()),
+            "kernel_calls_by_op": kernels}
+
+
+def interleaved_decode_times(models: dict, tokens: torch.Tensor, prompt: int, repeats: int) -> dict[str, list]:
+    """Seconds per decode call of each row, the rows alternating token by token (order flipped every token)."""
+    times = {row: [] for row in models}
+    for _ in range(repeats):
+        states = {row: model.init_state(1) for row, model in models.items()}
+        for row, model in models.items():
+            model.decode(tokens[:, :prompt], states[row])
+        for t in range(prompt, tokens.shape[1]):
+            for row in (list(models) if t % 2 else list(reversed(models))):
+                start = time.perf_counter()
+                models[row].decode(tokens[:, t:t + 1], states[row])
+                times[row].append(time.perf_counter() - start)
+    return times
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,10 +153,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--no-decode", action="store_true", help="skip the decoding benchmark")
+    parser.add_argument("--decode-only", action="store_true", help="only the decoding benchmark (small budget)")
     parser.add_argument("--out", type=Path)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.decode_only:
+        return decode_only(args.out or DEFAULT_OUT.with_name("clw_decode.json"))
     small = args.budget == "small"
     train = run_clw_train_bench(args.budget, seq=args.seq or (512 if small else 64),
                                 batch=args.batch or (8 if small else 1), steps=args.steps, optimizer=small,
@@ -119,8 +178,26 @@ def main(args: argparse.Namespace) -> int:
     ratio = train["workspace_over_anchored"]["median_of_rounds"]
     print(f"workspace / anchored step time: {ratio:.3f} (goal <= {GOAL_RATIO})")
     if "decode" in result:
-        print_table(["row", "ms/token", "tokens/s", "speed-up vs recompute at context"],
-                    [[row, f"{r['incremental_ms_per_token']:.2f}", f"{r['tokens_per_s']:,.0f}",
-                      f"{r['speedup_at_context']:.1f}x"] for row, r in result["decode"]["rows"].items()])
+        print_decode(result["decode"])
     print(f"wrote {path}")
     return 0
+
+
+def decode_only(out: Path) -> int:
+    decode = run_clw_decode_bench()
+    path = write_json(out, {"decode": decode, "environment": environment()})
+    print_decode(decode)
+    print(f"wrote {path}")
+    return 0
+
+
+def print_decode(decode: dict) -> None:
+    print_table(["row", "ms/token", "tokens/s", "speed-up vs recompute at context"],
+                [[row, f"{r['incremental_ms_per_token']:.2f}", f"{r['tokens_per_s']:,.0f}",
+                  f"{r['speedup_at_context']:.1f}x"] for row, r in decode["rows"].items()])
+    side = decode.get("workspace_over_anchored_tokens_per_s")
+    if side:
+        print(f"workspace / anchored decoding tokens/s, side by side: {side['median_of_token_pairs']:.3f} "
+              f"(goal >= {DECODE_GOAL}, {'met' if side['met'] else 'not met'})")
+        calls = side.get("operator_calls_per_token", {})
+        print("kernel calls per token: " + ", ".join(f"{row} {c['kernel_calls']:.0f}" for row, c in calls.items()))

@@ -10,6 +10,7 @@ longer than one pair) and, for comparison, the ratio of the two medians.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.compile import compile_model
 from .common import (build_lm, count_parameters, environment, print_table, summarize, time_once,
                      torch_threads, write_json)
 
@@ -134,8 +136,10 @@ def time_interleaved(steps: dict[str, Callable[[], None]], *, pairs: int, warmup
 def run_train_bench(arch: str = "transformer", dim: int = 128, heads: int = 4, layers: int = 4, ffn_dim: int = 512,
                     seq: int = 512, batch: int = 8, steps: int = 20, warmup: int = 3, threads: int | None = None,
                     rounds: int | None = None, lr: float = 1e-4, seed: int = 0,
-                    out: str | Path | None = DEFAULT_OUT) -> dict:
-    """Measure training tokens/s of `arch` and of the reference; write the result to `out` (None: don't)."""
+                    out: str | Path | None = DEFAULT_OUT, compile: bool = False) -> dict:
+    """Measure training tokens/s of `arch` and of the reference; write the result to `out` (None: don't).
+    compile: also time a torch.compile'd copy of ours (same weights, `train.compile`'s regions) in the same
+    interleaved run, and report its speed-up over eager."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     with torch_threads(threads):
@@ -163,10 +167,18 @@ def run_train_bench(arch: str = "transformer", dim: int = 128, heads: int = 4, l
         forward_kwargs = {"rounds": rounds} if rounds is not None else {}
         ours_step, ours_losses = make_train_step(ours, inputs, targets, lr=lr, **forward_kwargs)
         ref_step, ref_losses = make_train_step(reference, inputs, targets, lr=lr)
-        times = time_interleaved({"ours": ours_step, "reference": ref_step}, pairs=steps, warmup=warmup)
+        steps_by_name = {"ours": ours_step, "reference": ref_step}
+        if compile:
+            twin = copy.deepcopy(ours)
+            steps_by_name["ours_compiled"] = make_train_step(compile_model(twin), inputs, targets, lr=lr,
+                                                             **forward_kwargs)[0]
+        times = time_interleaved(steps_by_name, pairs=steps, warmup=warmup + (2 if compile else 0))
         env = environment()
 
     timing = summarize_train(times, tokens_per_step=batch * seq)
+    if compile:  # eager / compiled step time, pair by pair
+        timing["ratio"]["compiled_over_eager_tokens_per_s"] = statistics.median(
+            e / c for e, c in zip(times["ours"], times["ours_compiled"]))
     result = {
         "bench": "train",
         "shape": dict(arch=arch, dim=dim, heads=heads, layers=layers, ffn_dim=ffn_dim, seq=seq, batch=batch,
@@ -238,6 +250,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result path")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time a torch.compile'd copy (train.compile) beside eager")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -245,7 +259,7 @@ def main(args: argparse.Namespace) -> int:
     result = run_train_bench(arch=args.arch, dim=args.dim, heads=args.heads, layers=args.layers,
                              ffn_dim=args.ffn_dim, seq=args.seq, batch=args.batch, steps=args.steps,
                              warmup=args.warmup, threads=args.threads, rounds=args.rounds, seed=args.seed,
-                             out=args.out)
+                             out=args.out, compile=args.compile)
     print_summary(result)
     return 0
 
@@ -262,5 +276,7 @@ def print_summary(result: dict) -> None:
     verdict = "" if goal["met"] is None else (" (goal met)" if goal["met"] else " (goal NOT met)")
     print(f"ours/reference tokens/s: {ratio['median_of_pairs']:.3f} median of pairs, "
           f"{ratio['of_medians']:.3f} ratio of medians; target >= {goal['target']}{verdict}")
+    if "compiled_over_eager_tokens_per_s" in ratio:
+        print(f"compiled/eager tokens/s: {ratio['compiled_over_eager_tokens_per_s']:.3f} (median of pairs)")
     if "path" in result:
         print(f"wrote {result['path']}")

@@ -49,6 +49,9 @@ class CausalLM(nn.Module):
     arch_name: str = ""
     config: Any
     saves_state: bool = False  # True where state_to_tensors / state_from_tensors are implemented
+    # Methods holding pure tensor arithmetic that `train.compile` compiles (looped/models/compile.py):
+    # no token validation, no incremental state, no loop over a depth that changes between calls.
+    compiled_methods: tuple[str, ...] = ()
 
     # --- protocol (subclasses implement) ---------------------------------------------------------
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:

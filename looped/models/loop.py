@@ -73,6 +73,8 @@ class LoopState(DecodeState):
     sums: list[torch.Tensor | None] = field(default_factory=list)  # workspace (batch, S, m+1) per round
     exit_threshold: float | None = None
     rounds_used: list[torch.Tensor] = field(default_factory=list)  # (batch, n) per decode call, with early exit
+    # workspace rows, decoding without gradients: Workspace.fold() and the parameter versions it was made from
+    folded: tuple[tuple, tuple[torch.Tensor, ...]] | None = None
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
@@ -118,13 +120,55 @@ class Workspace(nn.Module):
         self.retention = nn.Parameter(torch.full((rounds,), logit))
         self.combine_norm = LayerNorm(dim, eps)  # LN_b
 
+    def folded_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[W_g; W_v; W_q] with LN_w's and LN_q's gains and offsets folded in: weight (S + S m + m, d), bias."""
+        weight = torch.cat((self.write.weight * self.write_norm.weight, self.query.weight * self.query_norm.weight))
+        bias = torch.cat((torch.addmv(self.write.bias, self.write.weight, self.write_norm.bias),
+                          torch.addmv(self.query.bias, self.query.weight, self.query_norm.bias)))
+        return weight, bias
+
+    def fold(self) -> tuple[torch.Tensor, ...]:
+        """Parameter-only work of the fused read (`read_recomputed`), done once per forward / decode call
+        because every round shares it: the projection to gates, values and *slot logits* (the query's
+        rows multiplied by k_s / sqrt(m): q . k_s / sqrt(m) = x . (W_q^T k_s) / sqrt(m) + b_q . k_s / sqrt(m)),
+        and the output projection scaled by gamma. Returns (weight (S + S m + S, d), bias, W_o', b_o')."""
+        weight, bias = self.folded_projection()
+        gv = self.slots + self.slots * self.slot_dim
+        keys = self.keys / math.sqrt(self.slot_dim)  # (S, m)
+        weight = torch.cat((weight[:gv], keys @ weight[gv:]))
+        bias = torch.cat((bias[:gv], keys @ bias[gv:]))
+        return weight, bias, self.gamma * self.out.weight, self.gamma * self.out.bias
+
+    def read_recomputed(self, u: torch.Tensor, carry: torch.Tensor | None, folded: tuple[torch.Tensor, ...]
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """c = gamma (W_o sum_s alpha_s N_s / sqrt(max(D_s, eps)) + b_o) for u (b, l, dim), in as few kernels
+        as the equations allow (a token of decoding pays per kernel); returns c and the sums [N | D]
+        (b, l, S, m+1). The same arithmetic as project -> prefix_sums -> slot_weights -> read, regrouped."""
+        weight, bias, out_weight, out_bias = folded
+        S, m = self.slots, self.slot_dim
+        b, n, d = u.shape
+        # 2-D matmuls (batch * length rows): a 3-D F.linear costs several more dispatches per call
+        x = F.layer_norm(u.reshape(b * n, d), (d,), eps=self.write_norm.eps)
+        projected = torch.addmm(bias, x, weight.t())  # (b n, S + S m + S)
+        gate = torch.sigmoid(projected[:, :S]).unsqueeze(-1)  # (b n, S, 1)
+        value = torch.tanh(projected[:, S:S + S * m]).view(b * n, S, m)
+        sums = torch.cat((gate * value, gate), dim=-1).view(b, n, S, m + 1)
+        if n > 1:  # a running sum over one position is the position itself
+            sums = sums.cumsum(dim=1)
+        if carry is not None:
+            sums = sums + carry.unsqueeze(1)
+        flat = sums.view(b * n, S, m + 1)
+        weights = torch.softmax(projected[:, S + S * m:], dim=-1) * self.inverse_norm(flat)  # (b n, S)
+        if n == 1:  # one position per row: a batched (1 x S) @ (S x m) product is one kernel
+            mixed = torch.bmm(weights.unsqueeze(1), flat[..., :-1]).squeeze(1)
+        else:  # many positions: a broadcast multiply-sum is faster than b n tiny matmuls
+            mixed = (weights.unsqueeze(-1) * flat[..., :-1]).sum(dim=-2)
+        return torch.addmm(out_bias, mixed, out_weight.t()).view(b, n, d), sums
+
     def project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(batch, length, dim) -> gates g (b, l, S), values v (b, l, S, m), query q (b, l, m)  (eqs. 3, 6)."""
         x = F.layer_norm(u, u.shape[-1:], eps=self.write_norm.eps)
-        weight = torch.cat((self.write.weight * self.write_norm.weight, self.query.weight * self.query_norm.weight))
-        bias = torch.cat((self.write.bias + self.write.weight @ self.write_norm.bias,
-                          self.query.bias + self.query.weight @ self.query_norm.bias))
-        projected = F.linear(x, weight, bias)
+        projected = F.linear(x, *self.folded_projection())
         S, m = self.slots, self.slot_dim
         gate = torch.sigmoid(projected[..., :S])
         value = torch.tanh(projected[..., S:S + S * m]).unflatten(-1, (S, m))
@@ -169,6 +213,7 @@ class LoopedLM(CausalLM):
     """
 
     uses_workspace = False
+    compiled_methods = ("round_step",)
 
     def __init__(self, config: LoopConfig):
         super().__init__()
@@ -206,10 +251,17 @@ class LoopedLM(CausalLM):
         e = self.anchor_embedding(tokens, start)
         h, exits, aux = e, [], {}
         for r in range(rounds):
-            x = self.block_input(r, e, h, state, aux)
-            h = self.block(x, cache=state.caches[r] if state is not None else None)
+            if state is None:
+                h = self.round_step(r, e, h, aux)
+            else:
+                h = self.block(self.block_input(r, e, h, state, aux), cache=state.caches[r])
             exits.append(h)
         return self.head(self.final_norm(self.readout(e, exits)))
+
+    def round_step(self, r: int, e: torch.Tensor, h: torch.Tensor, aux: dict) -> torch.Tensor:
+        """One round of the full forward, h^{r+1} = T(block input): what `train.compile` compiles, so that
+        any number of rounds reuses one graph."""
+        return self.block(self.block_input(r, e, h, None, aux))
 
     def run_rounds_early_exit(self, tokens: torch.Tensor, rounds: int, state: LoopState | None,
                               threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,19 +401,42 @@ class WorkspaceLoop(_Anchored):
     def block_input(self, r, e, h, state, aux):
         u = self.anchor(e, h)
         ws = self.workspace
-        gate, value, query = ws.project(u)
-        sums = ws.prefix_sums(gate, value, state.sums[r] if state is not None else None)
-        if state is not None and sums.shape[1]:  # an empty chunk leaves the running sums as they were
-            state.sums[r] = sums[:, -1].clone()  # a copy, so the state does not pin the whole chunk's sums
-        alpha = ws.slot_weights(query)
+        carry = state.sums[r] if state is not None else None
         if not self.retain:  # sum_s alpha_s N_s / sqrt(D_s) without materialising M~
-            return ws.combine_norm(u + ws.read(alpha * ws.inverse_norm(sums), sums[..., :-1]))
+            if "folded" not in aux:  # once per call: every round shares it
+                aux["folded"] = self.fold_for(state)
+            read, sums = ws.read_recomputed(u, carry, aux["folded"])
+            self.keep_sums(state, r, sums)
+            return ws.combine_norm(u + read)
+        gate, value, query = ws.project(u)
+        sums = ws.prefix_sums(gate, value, carry)
+        self.keep_sums(state, r, sums)
+        alpha = ws.slot_weights(query)
         memory = ws.memory(sums)
         if r > 0:  # eq. 5: blend with the previous round's summary at the same position
             rho = ws.rho(r)
             memory = rho * aux["memory"] + (1 - rho) * memory
         aux["memory"] = memory
         return ws.combine_norm(u + ws.read(alpha, memory))
+
+    def fold_for(self, state: LoopState | None) -> tuple[torch.Tensor, ...]:
+        """Workspace.fold(), reused across the decode calls of one state while no parameter changed (the
+        key holds each parameter's identity and in-place version counter); recomputed whenever gradients
+        are on, so training never reads a stale or detached fold."""
+        ws = self.workspace
+        if state is None or torch.is_grad_enabled():
+            return ws.fold()
+        key = tuple((id(p), p._version) for p in ws.parameters())
+        if state.folded is None or state.folded[0] != key:
+            state.folded = (key, ws.fold())
+        return state.folded[1]
+
+    @staticmethod
+    def keep_sums(state: LoopState | None, r: int, sums: torch.Tensor) -> None:
+        """Round r's running sums after the last new position; a copy when the call had several positions,
+        so the state does not pin the whole chunk's sums."""
+        if state is not None and sums.shape[1]:  # an empty chunk leaves the running sums as they were
+            state.sums[r] = sums[:, -1].clone() if sums.shape[1] > 1 else sums[:, -1]
 
 
 @register("workspace_retention", LoopConfig,

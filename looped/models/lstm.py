@@ -46,6 +46,10 @@ class LSTMState(DecodeState):
 
 @register("lstm", LSTMConfig, test_overrides=dict(dim=16, context_length=64))
 class LSTMLM(CausalLM):
+    # train.compile: the readout. nn.LSTM is one fused operator already, and Dynamo does not trace it (a graph
+    # break; its RNN support is experimental).
+    compiled_methods = ("readout",)
+
     def __init__(self, config: LSTMConfig):
         super().__init__()
         config.validate()
@@ -79,9 +83,12 @@ class LSTMLM(CausalLM):
         if not tokens.shape[1]:  # nn.LSTM refuses an empty sequence; nothing changes
             return self.embed.weight.new_zeros(tokens.shape[0], 0, self.config.vocab_size), hidden
         out, hidden = self.lstm(self.embed(tokens), hidden)
+        return self.readout(out), hidden
+
+    def readout(self, out: torch.Tensor) -> torch.Tensor:
+        """LSTM outputs (batch, n, dim) -> logits (batch, n, vocab)."""
         out = self.out_norm(out)
-        logits = self.head(out) if self.head is not None else F.linear(out, self.embed.weight)
-        return logits, hidden
+        return self.head(out) if self.head is not None else F.linear(out, self.embed.weight)
 
 
 __all__ = ["LSTMConfig", "LSTMLM", "LSTMState"]

@@ -255,6 +255,9 @@ class ReasoningModel(nn.Module):
     arch_name: str = ""
     config: ReasoningConfig
     depth_mode: ClassVar[Literal["per_step", "halting", "fixed"]]
+    # Pure-tensor methods `train.compile` compiles (looped/models/compile.py): no batch validation, no loop
+    # over a number of steps that changes between calls.
+    compiled_methods: tuple[str, ...] = ()
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0,
              trace: ReasoningTrace | None = None) -> torch.Tensor:

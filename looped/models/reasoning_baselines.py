@@ -57,6 +57,7 @@ class FixedDepthTransformer(ReasoningModel):
     """Perception -> `layers` untied encoder layers -> readout; depth is fixed by construction."""
 
     depth_mode = "fixed"  # `steps` changes nothing: one pass serves every budget
+    compiled_methods = ("apply_layers",)
 
     def __init__(self, config: FixedTransformerConfig):
         super().__init__()
@@ -70,12 +71,14 @@ class FixedDepthTransformer(ReasoningModel):
     def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
                 return_trace: bool = False):
         self.check_batch(batch)
-        h = self.perception(batch)  # (n, L, d)
-        mask = attention_mask(self.config.task_kind, batch)
-        for block in self.blocks:
-            h = block(h, mask)
+        h = self.apply_layers(self.perception(batch), attention_mask(self.config.task_kind, batch))  # (n, L, d)
         logits = self.readout(h, batch)  # (n,)
         return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
+
+    def apply_layers(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            h = block(h, mask)
+        return h
 
 
 # ============================================================================ GNN
@@ -134,6 +137,7 @@ class FixedDepthGNN(ReasoningModel):
     """Perception -> `layers` mean-aggregation layers (one hop each) -> pairwise readout."""
 
     depth_mode = "fixed"  # `steps` changes nothing: one pass serves every budget
+    compiled_methods = ("apply_layers",)
 
     def __init__(self, config: GNNConfig):
         super().__init__()
@@ -146,11 +150,14 @@ class FixedDepthGNN(ReasoningModel):
     def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
                 return_trace: bool = False):
         self.check_batch(batch)
-        h = self.perception(batch)  # (n, L, d)
-        for layer in self.layers:
-            h = layer(h, batch.extras["adjacency"])
+        h = self.apply_layers(self.perception(batch), batch.extras["adjacency"])  # (n, L, d)
         logits = self.readout(h, batch)
         return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
+
+    def apply_layers(self, h: torch.Tensor, adjacency: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            h = layer(h, adjacency)
+        return h
 
 
 # ============================================================================ Universal Transformer + ACT
@@ -198,6 +205,7 @@ class UniversalTransformerACT(ReasoningModel):
     """
 
     depth_mode = "halting"  # the budget changes the whole computation: one pass per budget
+    compiled_methods = ("act_step",)
 
     def __init__(self, config: UniversalTransformerConfig):
         super().__init__()
@@ -228,28 +236,32 @@ class UniversalTransformerACT(ReasoningModel):
                real: torch.Tensor) -> tuple[torch.Tensor, PonderStats]:
         """Run ACT for at most `budget` steps: (halting-weighted output state (n, L, d), per-position stats)."""
         n, length, _ = h.shape
-        mass = h.new_zeros(n, length)  # sum of p over the steps a position has run without halting
-        remainders = h.new_zeros(n, length)
-        weight_sum = h.new_zeros(n, length)
-        steps_taken = h.new_zeros(n, length)
-        running = torch.ones(n, length, dtype=torch.bool, device=h.device)
-        output = torch.zeros_like(h)
+        # mass: sum of p over the steps a position has run without halting; then remainders, weight sums,
+        # steps taken (each (n, L)), the running flags and the weighted output (n, L, d)
+        carry = (h, h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length),
+                 torch.ones(n, length, dtype=torch.bool, device=h.device), torch.zeros_like(h))
+        last = torch.arange(budget, device=h.device) == budget - 1  # a tensor flag: one compiled graph per step
         for t in range(budget):
-            p = torch.sigmoid(self.halting(h)).squeeze(-1)  # (n, L)
-            halts_now = running & ((mass + p > self.config.halting_threshold) | (t == budget - 1))
-            continues = running & ~halts_now
-            remainder = torch.where(halts_now, 1 - mass, torch.zeros_like(mass))
-            weight = torch.where(continues, p, remainder)  # 0 for positions halted earlier
-            mass = mass + torch.where(continues, p, torch.zeros_like(p))
-            remainders = remainders + remainder
-            weight_sum = weight_sum + weight
-            steps_taken = steps_taken + running.to(h.dtype)
-            h = self.block(h + self.depth_embedding.weight[t], mask)
-            output = output + weight.unsqueeze(-1) * h
-            running = continues
-            if not running.any():
+            carry = self.act_step(carry, self.depth_embedding.weight[t], mask, last[t])
+            if not carry[5].any():  # every position has halted (a host sync: kept out of the compiled step)
                 break
+        _, _, remainders, weight_sum, steps_taken, _, output = carry
         return output, PonderStats(steps_taken, remainders, weight_sum, real)
+
+    def act_step(self, carry: tuple[torch.Tensor, ...], row: torch.Tensor, mask: torch.Tensor, last: torch.Tensor):
+        """One ACT step with depth row E[t] (d,); `last` (bool, 0-d): the budget's final step, where every
+        position halts."""
+        h, mass, remainders, weight_sum, steps_taken, running, output = carry
+        p = torch.sigmoid(self.halting(h)).squeeze(-1)  # (n, L)
+        halts_now = running & ((mass + p > self.config.halting_threshold) | last)
+        continues = running & ~halts_now
+        remainder = torch.where(halts_now, 1 - mass, torch.zeros_like(mass))
+        weight = torch.where(continues, p, remainder)  # 0 for positions halted earlier
+        mass = mass + torch.where(continues, p, torch.zeros_like(p))
+        steps_taken = steps_taken + running.to(h.dtype)
+        h = self.block(h + row, mask)
+        return (h, mass, remainders + remainder, weight_sum + weight, steps_taken, continues,
+                output + weight.unsqueeze(-1) * h)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0,
              trace: ReasoningTrace | None = None) -> torch.Tensor:

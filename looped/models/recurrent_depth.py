@@ -104,6 +104,7 @@ class DepthRecurrentCore(ReasoningModel):
     """One shared block unrolled `steps` times with depth embeddings and the identity-biased gate."""
 
     depth_mode = "per_step"  # the state after step t does not depend on the budget T
+    compiled_methods = ("update",)
 
     def __init__(self, config: DepthRecurrentConfig):
         super().__init__()
@@ -146,7 +147,11 @@ class DepthRecurrentCore(ReasoningModel):
 
     def step(self, h: torch.Tensor, t: int, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Recurrence step t (0-based): H (n, L, d) -> (new H, gate z (n, L, d) or None)."""
-        h_block = self.block(h + self.depth_row(t), mask)  # H~ = block(H + E[t])
+        return self.update(h, self.depth_row(t), mask)
+
+    def update(self, h: torch.Tensor, row: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One step with depth row E[t] (d,) given as a tensor, so every step shares one compiled graph."""
+        h_block = self.block(h + row, mask)  # H~ = block(H + E[t])
         if self.gate is None:
             return h_block, None
         z = torch.sigmoid(self.gate(torch.cat((h_block, h), dim=-1)))  # the gate sees H without E[t]

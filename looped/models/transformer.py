@@ -42,6 +42,8 @@ class TransformerState(DecodeState):
 @register("transformer", TransformerConfig,
           test_overrides=dict(dim=32, heads=4, layers=2, ffn_dim=48, context_length=40))
 class Transformer(CausalLM):
+    compiled_methods = ("compute",)
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config
@@ -61,6 +63,10 @@ class Transformer(CausalLM):
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
         self.resolve_rounds(rounds)
         self.check_tokens(tokens)
+        return self.compute(tokens)
+
+    def compute(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The full forward on validated tokens (batch, length) -> logits (batch, length, vocab)."""
         x = self.embed_tokens(tokens)
         for block in self.blocks:
             x = block(x)

@@ -54,6 +54,7 @@ class TrainConfig:
     threads: int | None = None  # torch intra-op threads; None = torch's default
     device: Literal["auto", "cpu", "cuda"] = "auto"
     parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (DDP) or shard (FSDP2) the model
+    compile: bool = False  # torch.compile each model's pure-tensor regions (looped/models/compile.py)
 
     def validate(self) -> None:
         if (self.max_steps is None) == (self.max_targets is None):

@@ -27,11 +27,12 @@ from pathlib import Path
 import torch
 import yaml
 from torch import nn
-from tqdm import tqdm
 
 from ..config import to_dict
+from ..eval.progress import progress_bar
 from ..io import atomic_write_text
 from ..models import build_model
+from ..models.compile import compile_model
 from . import checkpoint as ckpt
 from .config import RunConfig
 from .distributed import Dist, all_mean, any_rank, barrier, init_distributed, shutdown
@@ -164,6 +165,8 @@ class Trainer:
                                 f"checkpoint, delete {self.out_dir} or choose another --out)")
         torch.manual_seed(tc.seed)
         self.model = build_model(cfg.model).to(self.dist.device)
+        if tc.compile:  # in place, on the regions the model declares: checkpoints and DDP see the same module
+            compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
         self.total_steps = tc.max_steps or math.ceil(tc.max_targets / self.targets_per_update)
@@ -277,8 +280,8 @@ class Trainer:
         self.log(f"training {self.config.model.arch} ({self.model.parameter_counts()['total']:,} parameters) on "
                  f"{self.task.description}; {self.total_steps} updates x {tc.batch_size} sequences "
                  f"({self.dist.world} process(es), {self.accumulation} accumulation step(s))")
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=not (self.progress and self.dist.main),
-                   unit="upd", dynamic_ncols=True)
+        bar = progress_bar(total=self.total_steps, initial=self.step, disable=not (self.progress and self.dist.main),
+                           unit="upd", desc="train")
         last_eval = None
         try:
             window_start, window_targets = time.perf_counter(), 0
