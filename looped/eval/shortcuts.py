@@ -7,7 +7,7 @@ training rows (cue value -> majority label) and scored on the test rows; see `fa
     results = family_shortcuts(train_rows, test_rows, trained_difficulties=(2, 5))
     results["relation word + depth"]["by_difficulty"]    # {chain depth: accuracy}
 
-Family relations (looped.data.tasks.reasoning.FamilyRelations), three cues:
+Family relations (looped.data.tasks.family.FamilyRelations), three cues:
 
 - ``relation word + depth``: the queried relation word together with the chain depth;
 - ``relation word``: the queried relation word alone;
