@@ -46,7 +46,8 @@ def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_neg
         raise ValueError("--hard-negatives applies to the graph task only")
     if decued and name != "family":
         raise ValueError("--decued applies to the family task only")
-    task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}), **({"decued": True} if decued else {}))
+    task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}),
+                    **({"decued": True} if decued else {}))
     rng = rng_for(seed)
     batch = task.sample(rng, n, difficulty) if difficulty is not None else task.sample_examples(rng, n)
     return [task.render(batch, i) for i in range(len(batch))]
