@@ -44,7 +44,7 @@ def cmd_data_info(args) -> int:
 
 
 def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_negatives: bool = False,
-                  seed: int = 0) -> list[str]:
+                  seed: int = 0, decued: bool = False) -> list[str]:
     """`n` rendered examples of data task `name` (of `difficulty`, or of its training mix)."""
     from ..data.tasks import get_task, rng_for
 
@@ -52,14 +52,17 @@ def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_neg
         raise ValueError(f"--n must be >= 1, got {n}")
     if hard_negatives and name not in ("graph", "graph_hard"):
         raise ValueError("--hard-negatives applies to the graph task only")
-    task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}))
+    if decued and name != "family":
+        raise ValueError("--decued applies to the family task only")
+    task = get_task(name, **({"hard_negatives": True} if hard_negatives else {}),
+                    **({"decued": True} if decued else {}))
     rng = rng_for(seed)
     batch = task.sample(rng, n, difficulty) if difficulty is not None else task.sample_examples(rng, n)
     return [task.render(batch, i) for i in range(len(batch))]
 
 
 def cmd_data_show(args) -> int:
-    examples = show_examples(args.task, args.n, args.difficulty, args.hard_negatives, args.seed)
+    examples = show_examples(args.task, args.n, args.difficulty, args.hard_negatives, args.seed, args.decued)
     for i, text in enumerate(examples):
         print(f"--- {args.task} example {i + 1}")
         print(text)
@@ -91,6 +94,7 @@ def add_data_show(data_subparsers) -> argparse.ArgumentParser:
     d.add_argument("--n", type=int, default=3, help="how many examples")
     d.add_argument("--difficulty", type=int, help="hops / depth / length (default: the task's training mix)")
     d.add_argument("--hard-negatives", action="store_true", help="graph: negatives with no local cue")
+    d.add_argument("--decued", action="store_true", help="family: the generator without shortcut cues")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_data_show)
     return d

@@ -13,6 +13,7 @@ CPU scale (configs/drt/cpu/<task>.yaml, 2 shared cores, one thread per run):
           64,000-row training set, 1,500 updates); the full model costs 8-50 s per update here.
   family  width 256 -> 64 (4 heads, FFN 256), batch 64, 120,000 rows seen (2 epochs of the same 60,000 rows,
           1,875 updates).
+  graph_hard and family_decued: the graph / family recipe on the hard-negative / de-cued generator.
   Everything else (data sets, difficulties, T ranges, depth rows, LayerScale, gate, optimiser, schedule, test
   buckets and budgets) is the paper's. Logic and family are budgeted for ~13-16 min of training on the loaded
   machine (0.5 s/update measured for both), leaving room for the test grid and the depth-embedding diagnostic
@@ -35,10 +36,14 @@ SEEDS = (42, 43, 44)
 # graph_hard: the same recipe with hard negatives (source has out-edges, target has in-edges, refutation needs
 # >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose negatives local
 # cues often settle (74.6 % of its negatives, README).
-TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph"}
+# family_decued: the family recipe on the de-cued generator (our addition; looped.data.tasks.family), whose
+# labels no shortcut baseline (looped.eval.shortcuts) predicts, unlike the paper's.
+TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph", "family_decued": "family"}
 PAPER_TASKS = ("graph", "logic", "family")  # what `looped reproduce drt` runs unless --tasks says otherwise
 HARD_NEGATIVES = {"graph_hard"}
-DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth", "graph_hard": "hops"}
+DECUED = {"family_decued"}
+DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth", "graph_hard": "hops",
+                    "family_decued": "chain depth"}
 
 OPTIM = {"lr": 3.0e-4, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 1.0e-2, "grad_clip": 1.0,
          "schedule": "cosine", "warmup_steps": 0, "min_lr": 0.0}
@@ -50,6 +55,8 @@ FULL_SCHEDULE = {"graph": (64, 40, 12_000), "logic": (128, 30, 64_000), "family"
 CPU_WIDTH = {"dim": 64, "heads": 4, "ffn_dim": 256}
 CPU_SCHEDULE = {"graph": (64, 40 * 12_000, {}), "logic": (32, 48_000, CPU_WIDTH), "family": (64, 120_000, CPU_WIDTH),
                 "graph_hard": (64, 40 * 12_000, {})}
+# The de-cued recipe trains exactly as the family recipe: only the generator differs.
+FULL_SCHEDULE["family_decued"], CPU_SCHEDULE["family_decued"] = FULL_SCHEDULE["family"], CPU_SCHEDULE["family"]
 CPU_DIAGNOSTIC_PER_BUCKET = 200  # test rows per bucket for the depth-embedding diagnostic at CPU scale
 
 # Seed 002 Table 3: 3-seed means, ID / OOD accuracy (%), best over sufficient step budgets.
@@ -95,7 +102,8 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     return {
         "model": model,
         "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0,
-                 **({"hard_negatives": True} if task in HARD_NEGATIVES else {})},
+                 **({"hard_negatives": True} if task in HARD_NEGATIVES else {}),
+                 **({"decued": True} if task in DECUED else {})},
         "optim": dict(OPTIM),
         "train": {"seed": seed, "batch_size": batch, "max_targets": seen, "eval_every": updates_per_eval,
                   "eval_batch_size": 256, "select": "last", "log_every": 50,
@@ -127,7 +135,7 @@ def describe(task: str, scale: str) -> str:
 
 
 def write_configs(root: Path = Path("configs/drt")) -> list[Path]:
-    """configs/drt/{full,cpu}/{graph,logic,family}.yaml."""
+    """configs/drt/{full,cpu}/<recipe>.yaml for every recipe in TASKS."""
     from ..models import build_model
 
     written = []

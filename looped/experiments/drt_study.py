@@ -10,6 +10,9 @@ For every (task, arch, alpha, seed) run:
      trained on the paper's negatives, on hard negatives, and the reverse)  -> grids/<run>_cross.csv,
   4. rewrite table.md (with the paper's numbers alongside) and the heatmaps (mean over the finished seeds).
 A run with a line in results.csv is finished and never trained or evaluated again.
+Before any training, the shortcut baselines of every family recipe selected (fitted on its training rows, scored on
+its test buckets; no model) -> shortcuts.csv and rows of table.md (looped.experiments.drt_shortcuts);
+`shortcuts_only` (--shortcuts-only) stops there.
 
 The alpha sweep of seed 002 Table 4 (graph reachability, alpha in {0, 0.1, 0.5, 1}) is `alphas=(0, 0.1, 0.5, 1)`;
 alphas other than 0 apply to the graph task only.
@@ -32,7 +35,7 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from ..train.run_folder import read_metrics
-from . import drt
+from . import drt, drt_shortcuts
 from . import results as runner
 from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
 
@@ -200,6 +203,12 @@ class DrtStudy:
 
     def prepare(self, plan: list[dict], log) -> None:
         backfill_cross(self.results, self.out, self.runs, self.tests, self.batch_size, log)
+        self.record_shortcuts(plan, log)
+
+    def record_shortcuts(self, plan: list[dict], log) -> None:
+        """The family recipes' shortcut baselines (seconds, no model) -> shortcuts.csv."""
+        drt_shortcuts.record(drt_shortcuts.table(self.out), [(key, self.config(key)) for key in plan],
+                             self.tests.get, log)
 
     def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
         name = folder.name
@@ -240,10 +249,16 @@ def result_row(key: dict, r: dict, seconds: float, cross: dict) -> dict:
 def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
               tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
               diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256,
-              progress: bool = True, stop_after: float | None = None, log=print) -> ResultTable:
-    """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv."""
+              progress: bool = True, stop_after: float | None = None, shortcuts_only: bool = False,
+              log=print) -> ResultTable:
+    """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv (with
+    `shortcuts_only`: only the family recipes' shortcut baselines, then the report; nothing is trained)."""
     study = DrtStudy(out, runs, scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas,
                      overrides=overrides, diagnostic_per_bucket=diagnostic_per_bucket, eval_batch_size=eval_batch_size)
+    if shortcuts_only:
+        study.record_shortcuts(study.plan(log), log)
+        study.report()
+        return study.results
     return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
 
 
@@ -273,7 +288,7 @@ def _mean(rows: list[dict], column: str, digits: int) -> str:
     return format_mean_sd(values, digits) if values else "–"
 
 
-def table_markdown(results: ResultTable, scale: str) -> str:
+def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None) -> str:
     lines = [f"# Seed 002 (DRT) at {scale} scale", "",
              "ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
              "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
@@ -292,6 +307,8 @@ def table_markdown(results: ResultTable, scale: str) -> str:
             _pct(rows, "step1_12hop") if drt.TASKS.get(task) == "graph" else "–",
             _pct(rows, "diagnostic_max_change"), _mean(rows, "mean_ponder_ood", 2),
             ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
+    if shortcuts is not None:
+        lines += drt_shortcuts.main_table_rows(shortcuts, columns=10)
     sweep = sorted((g for g in _groups(results) if g[0] == "graph" and g[1] == "drt"),  # the sweep is the core's
                    key=lambda g: float(g[2]))
     if len({g[2] for g in sweep}) > 1:
@@ -307,6 +324,10 @@ def table_markdown(results: ResultTable, scale: str) -> str:
         lines.append("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with "
                      "per-step supervision; alpha = 0.1 already loses 10-hop paths.")
     lines += _hop_table(results)
+    if shortcuts is not None:
+        family_models = {g: [_best_by_difficulty(r) for r in _ok(results, task=g[0], arch=g[1], alpha=g[2])]
+                         for g in _groups(results) if drt.TASKS.get(g[0]) == "family"}
+        lines += drt_shortcuts.by_depth_section(shortcuts, family_models)
     crossed = [g for g in _groups(results) if drt.TASKS.get(g[0]) == "graph"
                and any(r.get("cross_id_accuracy") for r in _ok(results, task=g[0], arch=g[1], alpha=g[2]))]
     if crossed:
@@ -385,7 +406,7 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
     for table in (results, gates):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "table.md", table_markdown(results, scale))
+    atomic_write_text(out / "table.md", table_markdown(results, scale, drt_shortcuts.table(out)))
     for task, arch, alpha in _groups(results):
         rows = _ok(results, task=task, arch=arch, alpha=alpha)
         grids = [AccuracyGrid.read_csv(p) for r in rows
@@ -418,9 +439,11 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
                                                    f"{' '.join(drt.PAPER_TASKS)})")
     parser.add_argument("--archs", nargs="+", help="reasoning architectures (default: drt; also drt_tied ut_act "
                                                    "fixed_transformer gnn)")
-    sweep = " ".join(map(str, ALPHA_SWEEP))
-    parser.add_argument("--alphas", nargs="+", type=float,
-                        help=f"intermediate-supervision weights, graph only (the paper's sweep: {sweep})")
+    parser.add_argument("--shortcuts-only", action="store_true",
+                        help="only fit and score the shortcut baselines of the selected family recipes and rewrite "
+                             "the report (no training)")
+    parser.add_argument("--alphas", nargs="+", type=float, help="intermediate-supervision weights, graph only (the "
+                                                                "paper's sweep: " + " ".join(map(str, ALPHA_SWEEP)) + ")")
 
 
 def reproduce(args: argparse.Namespace) -> int:
@@ -443,6 +466,6 @@ def reproduce(args: argparse.Namespace) -> int:
         return 0
     per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None
     run_study(out, runs, **selection, progress=not args.no_progress,
-              stop_after=args.stop_after, diagnostic_per_bucket=per_bucket)
+              stop_after=args.stop_after, diagnostic_per_bucket=per_bucket, shortcuts_only=args.shortcuts_only)
     print((out / "table.md").read_text())
     return 0

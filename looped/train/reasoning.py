@@ -55,6 +55,7 @@ class ReasoningTaskConfig:
     kind: str = "reasoning"
     name: str = "graph"  # graph | boolean | family (looped.data.tasks)
     hard_negatives: bool = False  # graph only: negatives with the hop-depth guarantees of the generator
+    decued: bool = False  # family only: the generator without the shortcut cues (FamilyRelations(decued=True))
     train_difficulties: list[int] | None = None  # None: the task's training range (seed 002)
     train_size: int | None = None  # None: seed 002's size for the task
     val_size: int = 1000
@@ -71,6 +72,8 @@ class ReasoningTaskConfig:
             raise ValueError(f"task.name must be one of {', '.join(TASK_NAMES)}, got {self.name!r}")
         if self.hard_negatives and self.name != "graph":
             raise ValueError("task.hard_negatives applies to the graph task only")
+        if self.decued and self.name != "family":
+            raise ValueError("task.decued applies to the family task only")
         if self.train_size is not None and self.train_size < 1:
             raise ValueError(f"task.train_size must be >= 1, got {self.train_size}")
         if self.val_size < 1:
@@ -95,7 +98,9 @@ class ReasoningTaskConfig:
 
 def data_task(tc: ReasoningTaskConfig):
     """The data generator (looped.data.tasks) the config names, training split."""
-    return get_task(tc.name, **({"hard_negatives": True} if tc.hard_negatives else {}))
+    options = {"hard_negatives": True} if tc.hard_negatives else {}
+    options.update({"decued": True} if tc.decued else {})
+    return get_task(tc.name, **options)
 
 
 def trained_steps_range(config) -> tuple[int, int]:

@@ -73,6 +73,21 @@ class FamilyRelations(ReasoningTask):
     Bob . Bob is the parent of Carl . query : Alice is the grandparent of Carl``; case is ignored;
     ``[CLS]``/``[SEP]`` may be given or left out. Facts may use any relation word. `encode` sets
     ``difficulty`` to the number of facts on the shortest chain linking the two query names (0 if none).
+
+    De-cued generator (``decued=True``, our addition; the default is the paper's generator above). The
+    paper's rows carry three shortcuts (looped.eval.shortcuts): the queried relation word with the depth
+    (a negative's offset lies ±2/±4 from an apex chain's, so it is more often extreme), the word alone,
+    and the sum of the stated offsets (chain facts are always written E_i → E_i+1, so their offsets add up
+    to the answer). Here:
+
+    - u is uniform over 0..K (monotone chains included: under apex routing every depth-2 chain answers
+      "sibling", which leaves a negative nothing else to ask);
+    - a negative asks the answer of another chain of the same depth, offset 2u' − K with u' uniform over
+      0..K minus u, so the queried word has the same distribution under both labels at every depth;
+    - each chain fact is written in a random direction ("E_i is the parent of E_i+1" or "E_i+1 is the
+      child of E_i"), so the stated offsets no longer add up to the answer.
+
+    Facts, distractors, layout and vocabulary are as above; labels stay 50/50.
     """
 
     names = FAMILY_NAMES
@@ -87,6 +102,9 @@ class FamilyRelations(ReasoningTask):
     assert len(vocab) == 54, len(vocab)
     _NAME0 = vocab.index(FAMILY_NAMES[0])
     _SIBLING = vocab.index("sibling")
+
+    def __init__(self, decued: bool = False) -> None:
+        self.decued = bool(decued)
 
     def _check_difficulty(self, difficulty: int) -> None:
         if not 1 <= difficulty <= self.max_difficulty:
@@ -126,13 +144,22 @@ class FamilyRelations(ReasoningTask):
         k = difficulty
         people = rng.permutation(len(FAMILY_NAMES)).tolist()
         chain, outside = people[: k + 1], people[k + 1:]
-        ups = int(rng.integers(1, k)) if k >= 2 else int(rng.integers(0, 2))
+        if self.decued:
+            ups = int(rng.integers(0, k + 1))
+        else:
+            ups = int(rng.integers(1, k)) if k >= 2 else int(rng.integers(0, 2))
         hops = [1] * ups + [-1] * (k - ups)
         facts = [(chain[j], hop, chain[j + 1]) for j, hop in enumerate(hops)]
+        if self.decued:  # the same fact read from the other end: "Y is the child of X" for "X is the parent of Y"
+            facts = [(y, -hop, x) if flip else (x, hop, y)
+                     for (x, hop, y), flip in zip(facts, rng.random(k) < 0.5)]
         facts += self._distractors(rng, outside, int(rng.integers(2, 5)))
         truth = sum(hops)
         asked = truth
-        if label == 0:
+        if label == 0 and self.decued:
+            other_ups = int(rng.integers(0, k))  # uniform over 0..k without `ups`
+            asked = 2 * (other_ups + (other_ups >= ups)) - k
+        elif label == 0:
             deltas = [d for d in (-4, -2, 2, 4) if abs(truth + d) <= MAX_OFFSET]
             asked = truth + deltas[int(rng.integers(len(deltas)))]
         ids = [self._id[CLS]]

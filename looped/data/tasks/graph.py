@@ -171,7 +171,8 @@ class GraphReachability(ReasoningTask):
     - Negative (default): a random graph with m distinct edges; (source, target) uniform over the
       ordered pairs with no path. If every pair is connected: the nodes are split at random into two
       halves, the m edges are drawn inside the halves only, source in one half and target in the other.
-    - Hard negative (``hard_negatives=True``, needs n ≥ h+3, so the node range starts at max(lo, h+3)):
+    - Hard negative (``hard_negatives=True``, needs n ≥ h+3, so the node range starts at max(lo, h+3) for
+      *both* labels: the node count carries no information about the label):
       a chain of h hops ending at the target, a path of f = min(h, n−h−2) ≥ 1 hops starting at the
       source, plus up to m − f distractors (so h + m edges, like a positive), rejecting any that would
       connect source to target or shorten either chain. Guaranteed, for every hard negative:
@@ -220,6 +221,10 @@ class GraphReachability(ReasoningTask):
             lo, hi = max(8, h + 2), 16
         else:
             lo, hi = max(h + 2, 10), min(max(h + 6, 16), MAX_NODES)
+        if self.hard_negatives:
+            # A hard negative needs h + 3 nodes. Both labels draw n from the same range, so the node count
+            # says nothing about the label (issue 15: at 8-12 hops n = h + 2 used to mean "positive").
+            lo = max(lo, h + 3)
         return lo, max(lo, hi)  # beyond the paper's ranges (train h > 14) keep the smallest count
 
     def _check_difficulty(self, difficulty: int) -> None:
@@ -237,10 +242,9 @@ class GraphReachability(ReasoningTask):
     # ---------------------------------------------------------------- generation
 
     def _row(self, rng: np.random.Generator, difficulty: int, label: int | None) -> Row:
+        # Hard negatives: the range starts at h + 3 for both labels, with hi >= lo (train 14-17 hops used to
+        # raise "low >= high" when only the negatives' lower bound was raised, past the range's top).
         lo, hi = self.num_nodes_range(difficulty)
-        if label == 0 and self.hard_negatives:  # two chains: h + 1 nodes into the target, >= 2 out of the source
-            lo = max(lo, difficulty + 3)
-            hi = max(hi, lo)  # 14-17 hops: past the split's largest count, keep the smallest that fits
         n = int(rng.integers(lo, hi + 1))
         m = int(rng.integers(n // 2, 2 * n + 1))
         if label == 1:

@@ -1,0 +1,105 @@
+"""Shortcut baselines of the DRT study's family recipes: results/drt_<scale>/shortcuts.csv and their table rows.
+
+For every family recipe the study runs (family, family_decued), the three shortcut baselines of
+looped.eval.shortcuts are fitted on the recipe's training rows and scored on its test buckets, the same
+rows the models are trained and tested on. No model is involved, so the rows cost seconds, are computed
+once per recipe (a recipe with rows in shortcuts.csv is skipped) and are a pure function of the data
+config (data_seed, sizes, difficulties): rerunning gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..eval.shortcuts import FAMILY_CUES, family_shortcuts
+from ..train import reasoning as rtask
+from . import drt
+from .results import ResultTable
+
+COLUMNS = ["task", "baseline", "trained_difficulties", "id_accuracy", "ood_accuracy", "by_difficulty", "train_rows",
+           "test_rows"]
+KEY = ["task", "baseline"]
+FILE = "shortcuts.csv"
+
+
+def table(out: Path) -> ResultTable:
+    return ResultTable(Path(out) / FILE, COLUMNS, KEY)
+
+
+def record(shortcuts: ResultTable, plan, test_rows, log=print) -> None:
+    """Add the baselines of every family recipe in `plan` ([(key, RunConfig)]) that `shortcuts` lacks.
+
+    `test_rows(task_config)` gives the recipe's test buckets (the study's cached TestSets.get).
+    """
+    for task, config in {key["task"]: config for key, config in plan}.items():
+        if drt.TASKS[task] != "family" or all(shortcuts.has(task=task, baseline=b) for b in FAMILY_CUES):
+            continue
+        log(f"== drt: shortcut baselines of {task}")
+        data_task, train, _ = rtask.training_data(config.task)
+        trained = rtask.trained_difficulties(config.task)
+        scores = family_shortcuts(train, test_rows(config.task), (min(trained), max(trained)), data_task.vocab)
+        shortcuts.add_many([{"task": task, "baseline": name, "id_accuracy": _fmt(s["id"]),
+                             "trained_difficulties": f"{min(trained)}-{max(trained)}",
+                             "ood_accuracy": _fmt(s["ood"]), "train_rows": s["train_rows"],
+                             "test_rows": s["test_rows"],
+                             "by_difficulty": " ".join(f"{d}:{a:.4f}" for d, a in s["by_difficulty"].items())}
+                            for name, s in scores.items()])
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def _pct(text: str) -> str:
+    return f"{100 * float(text):.1f}" if text else "–"
+
+
+def _by_difficulty(text: str) -> dict[int, float]:
+    """The cell "2:0.8312 3:0.7750" as {2: 0.8312, 3: 0.775}."""
+    return {int(d): float(a) for d, a in (part.split(":") for part in text.split())}
+
+
+def main_table_rows(shortcuts: ResultTable, columns: int) -> list[str]:
+    """One row per baseline in the study's main table (task | "shortcut: <cue>" | – | ID | OOD | – ...)."""
+    return ["| " + " | ".join([r["task"], f"shortcut: {r['baseline']}", "–", _pct(r["id_accuracy"]),
+                               _pct(r["ood_accuracy"]), *["–"] * (columns - 5)]) + " |"
+            for r in shortcuts.rows]
+
+
+def by_depth_section(shortcuts: ResultTable, models: dict[tuple[str, str, str], list[dict[int, float]]]) -> list[str]:
+    """Accuracy by chain depth of every baseline beside every family model group.
+
+    `models`: (recipe, arch, alpha) -> one {depth: best accuracy} per finished seed.
+    """
+    if not shortcuts.rows:
+        return []
+    recipes = list(dict.fromkeys(r["task"] for r in shortcuts.rows))
+    depths = sorted({d for r in shortcuts.rows for d in _by_difficulty(r["by_difficulty"])})
+    lo, hi = (int(x) for x in shortcuts.rows[0]["trained_difficulties"].split("-"))  # one range for all recipes
+    lines = ["", "## Family: shortcut baselines by chain depth", "",
+             "A shortcut baseline predicts the label from one surface cue with a lookup table fitted on the recipe's "
+             "training rows (cue value -> majority label; a value never seen in training -> the training majority, "
+             "i.e. chance on the 50/50 test buckets) and is scored on the recipe's test buckets; no model is "
+             "trained (looped.eval.shortcuts). Cues: the queried relation word with the chain depth; the word "
+             "alone; the queried offset minus the sum of every stated fact's offset (the paper's generator writes "
+             "chain facts in one direction, so they add up to the answer). family_decued: negatives ask another "
+             "chain's answer and facts are written in a random direction (looped.data.tasks.family). Models: best "
+             "accuracy over sufficient step budgets, mean over seeds. In %; * marks depths outside the trained "
+             "range.", "",
+             "| recipe | predictor | " + " | ".join(f"{d}{'' if lo <= d <= hi else '*'}" for d in depths) + " |",
+             "|---|---|" + "---:|" * len(depths)]
+    for recipe in recipes:
+        for r in (r for r in shortcuts.rows if r["task"] == recipe):
+            by_depth = _by_difficulty(r["by_difficulty"])
+            cells = [f"{100 * by_depth[d]:.1f}" if d in by_depth else "–" for d in depths]
+            lines.append(f"| {recipe} | shortcut: {r['baseline']} | " + " | ".join(cells) + " |")
+        for (task, arch, alpha), seeds in models.items():
+            if task != recipe or not seeds:
+                continue
+            cells = []
+            for d in depths:
+                values = [100 * run[d] for run in seeds if d in run]
+                cells.append(f"{sum(values) / len(values):.1f}" if values else "–")
+            label = arch + (f" (alpha {alpha})" if float(alpha) else "") + f" (n={len(seeds)})"
+            lines.append(f"| {recipe} | {label} | " + " | ".join(cells) + " |")
+    return lines

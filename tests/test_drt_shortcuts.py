@@ -1,0 +1,87 @@
+"""The DRT study's family recipes: the de-cued recipe end to end at a tiny size, and the shortcut-baseline rows
+(results/drt_<scale>/shortcuts.csv and table.md) the study writes for every family recipe."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from looped.config import from_dict
+from looped.experiments import drt, drt_study
+from looped.train import RunConfig
+
+TINY = {"model": {"dim": 16, "heads": 2, "ffn_dim": 32, "steps_range": [1, 2]},
+        "task": {"train_size": 96, "val_size": 16, "test_per_bucket": 8, "test_difficulties": [2, 3, 7],
+                 "eval_steps": [1, 2]},
+        "train": {"max_targets": 64, "eval_every": 0}}
+
+
+def read(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_decued_recipe_is_the_family_recipe_on_the_decued_generator():
+    decued, paper = drt.run_config("family_decued", "cpu"), drt.run_config("family", "cpu")
+    assert decued.task.decued and not paper.task.decued
+    assert decued.model == paper.model and decued.train == paper.train and decued.optim == paper.optim
+    with pytest.raises(ValueError, match="decued applies to the family task only"):
+        from_dict(RunConfig, drt.recipe("graph", "cpu") | {"task": {"kind": "reasoning", "name": "graph",
+                                                                     "decued": True}})
+
+
+def test_study_trains_the_decued_recipe_and_reports_shortcut_rows(tmp_path):
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    drt_study.run_study(out, runs, tasks=("family_decued",), seeds=(42,), overrides=TINY, progress=False,
+                        log=lambda m: None, diagnostic_per_bucket=4)
+    [row] = read(out / "results.csv")
+    assert (row["task"], row["status"], row["updates"]) == ("family_decued", "ok", "1")
+    shortcuts = read(out / "shortcuts.csv")
+    assert [(r["task"], r["baseline"]) for r in shortcuts] == [
+        ("family_decued", "relation word + depth"), ("family_decued", "relation word"), ("family_decued", "offset sum")]
+    assert all(r["train_rows"] == "96" and r["test_rows"] == "24" and r["trained_difficulties"] == "2-5"
+               for r in shortcuts)
+    assert all(sorted(int(p.split(":")[0]) for p in r["by_difficulty"].split()) == [2, 3, 7] for r in shortcuts)
+    table = (out / "table.md").read_text()
+    assert "| family_decued | drt | 0.0 |" in table
+    assert "| family_decued | shortcut: offset sum | – |" in table
+    assert "## Family: shortcut baselines by chain depth" in table and "| recipe | predictor | 2 | 3 | 7* |" in table
+    assert "| family_decued | drt (n=1) |" in table
+    # the rows are a function of the data config: recomputed from scratch they are the same
+    first = (out / "shortcuts.csv").read_text()
+    (out / "shortcuts.csv").unlink()
+    drt_study.run_study(out, runs, tasks=("family_decued",), seeds=(42,), overrides=TINY, progress=False,
+                        log=lambda m: None, shortcuts_only=True)
+    assert (out / "shortcuts.csv").read_text() == first
+    assert (out / "table.md").read_text() == table
+
+
+def test_reproduce_shortcuts_only_trains_nothing(tmp_path, capsys):
+    from looped.cli import build_parser
+
+    out = tmp_path / "results"
+    argv = ["reproduce", "drt", "--tasks", "family", "graph", "--shortcuts-only", "--out", str(out), "--runs",
+            str(tmp_path / "runs"), "--no-progress"]
+    for override in ("task.train_size=200", "task.test_per_bucket=10", "task.val_size=16"):
+        argv += ["--set", override]
+    assert drt_study.reproduce(build_parser().parse_args(argv)) == 0
+    assert not (out / "results.csv").exists() and not (tmp_path / "runs").exists()
+    rows = {r["baseline"]: r for r in read(out / "shortcuts.csv")}
+    assert set(rows) == {"relation word + depth", "relation word", "offset sum"}  # family only, not graph
+    # the paper's generator: depth 2 always asks "sibling" when positive, so word + depth is perfect there,
+    # and nothing seen in training (depths 2-5) helps beyond them
+    by_depth = dict(p.split(":") for p in rows["relation word + depth"]["by_difficulty"].split())
+    assert float(by_depth["2"]) == 1.0 and float(rows["relation word + depth"]["ood_accuracy"]) == 0.5
+    assert "| family | shortcut: relation word + depth | – | " in capsys.readouterr().out
+
+
+def test_data_show_prints_decued_family_rows():
+    from looped.cli.data import show_examples
+
+    paper, decued = show_examples("family", 40, 6), show_examples("family", 40, 6, decued=True)
+    # the option reaches the generator: the same seed draws other rows
+    assert all("chain depth 6" in text for text in decued) and decued != paper
+    with pytest.raises(ValueError, match="--decued applies to the family task only"):
+        show_examples("graph", 1, decued=True)
+
