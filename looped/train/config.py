@@ -116,11 +116,11 @@ def load_run_config(path: str | Path | list | None = None, overrides: list[str] 
 
 # The `looped quickstart` run (a small Transformer on KJV; README) and the base of `looped bench ddp`.
 QUICKSTART = {
-    "model": {"arch": "transformer", "dim": 128, "heads": 4, "layers": 4, "ffn_dim": 512, "context_length": 512},
-    "data": {"corpus": "kjv"},
-    "optim": {"lr": 2e-3, "weight_decay": 0.1, "schedule": "cosine", "warmup_steps": 50, "min_lr": 2e-4},
-    "train": {"seed": 11, "batch_size": 8, "max_steps": 600, "eval_every": 200, "eval_batches": 0,
-              "select": "best", "log_every": 10},
+    "model": {"arch": "transformer", "dim": 128, "heads": 4, "layers": 4, "ffn_dim": 512, "context_length": 128},
+    "data": {"corpus": "kjv", "block_size": 129},
+    "optim": {"lr": 3e-3, "weight_decay": 0.1, "schedule": "cosine", "warmup_steps": 50, "min_lr": 2e-4},
+    "train": {"seed": 11, "batch_size": 16, "max_steps": 2000, "eval_every": 500, "eval_batches": 16,
+              "select": "last", "log_every": 10},
 }
 
 BUDGETS = ("max_steps", "max_targets")
