@@ -487,3 +487,17 @@ def test_render():
     row, targets = parity.ParityTask().render(bits_row, 0).split("\n  scored targets: ")
     bits = row[len("<BOS>") : len("<BOS>") + 5]
     assert row == f"<BOS>{bits}{targets}<EOS>" and targets == parity.reference_parity(bits)
+
+
+def test_each_task_owns_its_held_out_sets():
+    from looped.data.tasks import get_task
+    from looped.data.tasks.algorithmic import fixed_set
+
+    task = get_task("parity")
+    test = task.test_sets([32], 16)[32]
+    assert torch.equal(test.tokens, fixed_set(task, "test", 32, 16).tokens)
+    validation = task.validation_sets()
+    assert set(validation) == set(task.validation_lengths)
+    # the test rows of a validation length never repeat a validation row, and the task lists both kinds of key
+    assert not set(task.keys(test)) & set(task.keys(validation[32]))
+    assert task.heldout_keys(32) >= set(task.keys(test))

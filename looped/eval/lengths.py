@@ -7,7 +7,7 @@ the style of its Figs. 6 and 8.
 
 Grids (the tasks' `test_lengths`): parity and bracketed mod-5 32, 40, 48, 64, 96, 128, 192, 256; flat mod-5
 31, 39, 47, 63, 95, 127, 191, 255; S5 32, 48, 64, 96, 128, 192, 256, 512; addition 9, 10, 11, 12, 14, 16, 32
-digits. Each length uses the shared test rows of seed 20260916 (`fixed_set`): 1,024 per formal-task length
+digits. Each length uses the shared test rows of seed 20260916 (`task.test_sets`): 1,024 per formal-task length
 and 256 addition pairs by default; every model and seed sees the same rows.
 
 Metrics, all teacher-forced (Appendix J.4): final_state_accuracy (the last scored position of each row: the
@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 
 from ..data.tasks.algorithmic import AlgorithmicTask
-from ..data.tasks.splits import fixed_set
 from ..io import atomic_save_figure
 from .sequence import accuracies, algorithmic_task, score_rows
 from .stats import mean_sd
@@ -47,7 +46,7 @@ def length_grid(task: AlgorithmicTask | str, variant: str | None = None) -> tupl
 
 def test_rows(task: AlgorithmicTask, length: int, n: int | None = None):
     """The shared test rows of one length (seed 20260916, duplicate-free, disjoint from validation)."""
-    return fixed_set(task, "test", length, n or task.test_rows_per_length)
+    return task.test_sets([length], n)[length]
 
 
 test_rows.__test__ = False  # not a pytest test despite its name

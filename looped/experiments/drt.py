@@ -125,7 +125,7 @@ def run_config(task: str, scale: str = "cpu", arch: str = "drt", seed: int = SEE
 def describe(task: str, scale: str) -> str:
     if scale == "full":
         batch, epochs, rows = FULL_SCHEDULE[task]
-        return (f"seed 002 {task}, full recipe (SPEC §2): batch {batch}, {epochs} epochs x {rows:,} rows = "
+        return (f"seed 002 {task}, full recipe (the paper's): batch {batch}, {epochs} epochs x {rows:,} rows = "
                 f"{epochs * rows:,} rows seen ({epochs * rows // batch:,} updates)")
     batch, seen, width = CPU_SCHEDULE[task]
     size = FULL_SCHEDULE[task][2]

@@ -292,7 +292,7 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
     lines = [f"# Seed 002 (DRT) at {scale} scale", "",
              "ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
              "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
-             "over seeds (n = seeds finished). Paper: seed 002 Table 3, full recipe (SPEC §2).", "",
+             "over seeds (n = seeds finished). Paper: seed 002 Table 3, the paper's full recipe.", "",
              "| task | arch | alpha | ID % | OOD % | paper ID / OOD | step-1 acc. 12-hop | depth-emb. max |change| "
              "| ACT ponder steps (OOD) | parameters |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for task, arch, alpha in _groups(results):
@@ -332,7 +332,7 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
                and any(r.get("cross_id_accuracy") for r in _ok(results, task=g[0], arch=g[1], alpha=g[2]))]
     if crossed:
         lines += ["", "## Graph frontier on both negative generators", "",
-                  "The paper's negatives can often be refuted by local cues (SPEC §2); hard negatives cannot (the "
+                  "The paper's negatives can often be refuted by local cues (a source without out-edges, a target without in-edges); hard negatives cannot (the "
                   "source has out-edges, the target in-edges, and refuting needs as many hops as the matching "
                   "positives). Every graph run is scored on both test sets (ID / OOD %, runs with a checkpoint).", "",
                   "| trained on | arch | alpha | paper negatives ID | paper negatives OOD | hard negatives ID "

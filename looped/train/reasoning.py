@@ -40,8 +40,8 @@ from .tasks import register_task_kind
 
 TASK_NAMES = ("graph", "boolean", "family")
 # Seed 002's table: training rows and test step budgets per task
-SPEC_TRAIN_SIZE = {"graph": 12_000, "boolean": 64_000, "family": 60_000}
-SPEC_EVAL_STEPS = {"graph": [1, 2, 3, 5, 8, 12, 15, 20], "boolean": [1, 2, 4, 6, 8, 10, 12, 16, 20, 24],
+PAPER_TRAIN_SIZE = {"graph": 12_000, "boolean": 64_000, "family": 60_000}
+PAPER_EVAL_STEPS = {"graph": [1, 2, 3, 5, 8, 12, 15, 20], "boolean": [1, 2, 4, 6, 8, 10, 12, 16, 20, 24],
                    "family": [1, 2, 4, 6, 8, 10, 12, 16, 20]}
 
 # Independent random streams derived from the data seed (numpy SeedSequence entropy [seed, stream]).
@@ -116,7 +116,7 @@ def trained_difficulties(tc: ReasoningTaskConfig) -> list[int]:
 
 
 def eval_steps(tc: ReasoningTaskConfig) -> list[int]:
-    return sorted(tc.eval_steps or SPEC_EVAL_STEPS[tc.name])
+    return sorted(tc.eval_steps or PAPER_EVAL_STEPS[tc.name])
 
 
 def _seed(*entropy: int) -> np.random.Generator:
@@ -146,7 +146,7 @@ def training_data(tc: ReasoningTaskConfig) -> tuple[Any, ReasoningBatch, Reasoni
     """(data task, training rows, validation rows), a pure function of the task config."""
     task = data_task(tc)
     difficulties = trained_difficulties(tc)
-    size = tc.train_size or SPEC_TRAIN_SIZE[tc.name]
+    size = tc.train_size or PAPER_TRAIN_SIZE[tc.name]
     train = task.sample_mixed(_seed(tc.data_seed, _TRAIN_STREAM), size, difficulties)
     seen = task.keys(train)
     val = drop_seen(task, task.sample_mixed(_seed(tc.data_seed, _VAL_STREAM), tc.val_size, difficulties), seen)
@@ -282,5 +282,5 @@ class ReasoningTrainTask:
 
 register_task_kind("reasoning", ReasoningTaskConfig, ReasoningTrainTask)
 
-__all__ = ["ReasoningTaskConfig", "ReasoningTrainTask", "SPEC_EVAL_STEPS", "SPEC_TRAIN_SIZE", "StepBatch", "data_task",
+__all__ = ["ReasoningTaskConfig", "ReasoningTrainTask", "PAPER_EVAL_STEPS", "PAPER_TRAIN_SIZE", "StepBatch", "data_task",
            "eval_steps", "test_rows", "trained_difficulties", "trained_steps_range", "training_data"]

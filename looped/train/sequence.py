@@ -39,7 +39,7 @@ import torch
 
 from ..data.tasks import SequenceBatch, TaskError
 from ..data.tasks.algorithmic import AlgorithmicTask
-from ..data.tasks.splits import fixed_set, heldout_keys, replace_excluded, split_seed
+from ..data.tasks.algorithmic import fixed_set, replace_excluded, split_seed
 from ..data.tasks.vocabulary import VOCAB_SIZE
 from ..eval.sequence import accuracies, algorithmic_task, score_rows
 from .objectives import masked_sequence_loss
@@ -197,7 +197,7 @@ class SequenceTask:
     def test_keys(self, length: int) -> frozenset[bytes]:
         """Keys of the default test rows of one length; empty where the test grid has no such length."""
         if length not in self._test_keys:
-            self._test_keys[length] = frozenset(heldout_keys(self.task, length, splits=("test",)))
+            self._test_keys[length] = frozenset(self.task.heldout_keys(length, splits=("test",)))
         return self._test_keys[length]
 
     def global_batch(self, n: int) -> SequenceBatch:
