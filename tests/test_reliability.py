@@ -344,6 +344,10 @@ def test_eval_options_that_cannot_apply_are_one_line(corpus, tmp_path, capsys):
         assert code == 2 and needle in err and one_line(err), (argv, err)
     code, _, err = cli(capsys, "generate", run, "--max-new-tokens", "-3")
     assert code == 2 and "--max-new-tokens must be >= 0" in err and one_line(err)
+    code, _, err = cli(capsys, "params", "transformer", "--solve-ffn", "-5")
+    assert code == 2 and "--solve-ffn: a parameter count must be >= 1" in err and one_line(err)
+    code, _, err = cli(capsys, "train", "--out", run, "--resume", "--stop-after", "0")
+    assert code == 2 and "--stop-after: the number of updates must be >= 1" in err and one_line(err)
 
 
 def test_a_workspace_model_decodes_an_empty_chunk():

@@ -41,6 +41,8 @@ def cmd_train(args) -> int:
     else:
         raise ValueError("give config file(s), or --out RUN --resume to continue a run with its own config")
     out = out or Path(args.out or Path("runs") / "_".join(Path(c).stem for c in args.config))
+    if args.stop_after is not None and args.stop_after < 1:
+        raise ValueError(f"--stop-after: the number of updates must be >= 1, got {args.stop_after}")
     summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
     if os.environ.get("RANK", "0") == "0":
         print(json.dumps({"run": str(out), **summary}, indent=2))
@@ -175,6 +177,8 @@ def cmd_params(args) -> int:
 
         model_config = get_arch(args.target).config(**parse_overrides(args.set).get("model", {}))
     if args.solve_ffn is not None:
+        if args.solve_ffn < 1:
+            raise ValueError(f"--solve-ffn: a parameter count must be >= 1, got {args.solve_ffn}")
         fields = {k: v for k, v in dataclasses.asdict(model_config).items() if k != "arch"}
         ffn_dim, total = solve_ffn(model_config.arch, args.solve_ffn, **fields)
         print(json.dumps({"arch": model_config.arch, "target": args.solve_ffn, "ffn_dim": ffn_dim, "total": total,
