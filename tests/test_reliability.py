@@ -411,7 +411,10 @@ def test_eval_file_scores_each_whole_file(corpus, tmp_path, capsys):
     code, out, err = cli(capsys, "eval", run, "--file", one, two, "--no-progress")
     results = json.loads(out)
     assert code == 0, err
-    assert [(r["file"], r["blocks"], r["targets"]) for r in results] == [(str(one), 5, 5 * 32), (str(two), 12, 12 * 32)]
+    # the tail is scored too: 5 blocks of 33 (32 targets each) + a 5-byte tail (4); 12 blocks + a 4-byte tail (3)
+    assert [(r["file"], r["blocks"], r["targets"]) for r in results] == [(str(one), 6, 164), (str(two), 13, 387)]
+    code, out, _ = cli(capsys, "eval", run, "--file", tmp_path / "one.txt", "--no-progress")
+    assert json.loads(out)["bits_per_byte"] == results[0]["bits_per_byte"]  # a file alone scores the same
     code, _, err = cli(capsys, "eval", run, "--set", f"data.path={two}", "--no-progress")
     assert code == 0 and "held-out = last" in err and "--file scores a whole file" in err
     code, _, err = cli(capsys, "eval", run, "--file", tmp_path / "missing.txt", "--no-progress")

@@ -103,34 +103,61 @@ def cmd_eval(args) -> int:
     if args.file:
         if args.set:
             raise ValueError("--file scores whole files; it takes no --set data.* keys")
-        sources = [(str(path), *file_blocks(path, config)) for path in args.file]
+        sources = [(str(path), file_parts(path, config), "byte") for path in args.file]
     else:
         streams = load_streams(config.data)
         if any(item.startswith("data.path=") for item in args.set):  # a held-out share, not the whole file
             print(f"looped: note: scoring {streams.split_rule}; --file scores a whole file", file=sys.stderr)
-        sources = [(streams.name, to_blocks(streams.heldout, config.data.block_size,
-                                            name=f"{streams.name} held-out"), streams.unit)]
+        sources = [(streams.name, [to_blocks(streams.heldout, config.data.block_size,
+                                             name=f"{streams.name} held-out")], streams.unit)]
     results = []
-    for name, blocks, unit in sources:
+    for name, parts, unit in sources:
         start = time.perf_counter()
-        result = evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
-                             rounds=args.rounds, unit=unit, progress=not args.no_progress,
-                             exit_threshold=args.exit_threshold, by_position=args.by_position)
+        result = merge_scores([evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
+                                           rounds=args.rounds, unit=unit, progress=not args.no_progress,
+                                           exit_threshold=args.exit_threshold, by_position=args.by_position)
+                               for blocks in parts])
         where = {"file": name} if args.file else {"corpus": name}
         results.append({**result, "checkpoint": str(folder), **where, "seconds": round(time.perf_counter() - start, 2)})
     print_json(results if args.file and len(results) > 1 else results[0], args.out)
     return 0
 
 
-def file_blocks(path: str, config):
-    """(blocks, unit) of a whole text file, cut like the run's training blocks (the incomplete tail of fewer
-    than block_size bytes is left out). Byte-level runs only."""
-    from ..data import bytes_to_stream, to_blocks
+def file_parts(path: str, config) -> list:
+    """A whole text file as the run's blocks: the complete blocks (num_blocks, block_size), then the tail of
+    fewer than block_size bytes as one shorter block (1, tail), so no part of the file is left out (each block's
+    first byte is context, as in training). Byte-level runs only."""
+    import torch
+
+    from ..data import bytes_to_stream
     from ..data.corpora import read_bytes
 
     if config.data.corpus == "wikitext103":
         raise ValueError("--file: this run reads WikiText symbols (bytes plus a row separator), not plain files")
-    return to_blocks(bytes_to_stream(read_bytes(path)), config.data.block_size, name=str(path)), "byte"
+    stream = torch.from_numpy(bytes_to_stream(read_bytes(path)).astype("int64"))
+    size = config.data.block_size
+    whole = len(stream) // size * size
+    if len(stream) < 2:
+        raise ValueError(f"{path}: fewer than 2 bytes, nothing to score")
+    parts = [stream[:whole].view(-1, size)] if whole else []
+    return parts + ([stream[whole:][None]] if len(stream) - whole >= 2 else [])
+
+
+def merge_scores(parts: list[dict]) -> dict:
+    """One evaluate_lm result from several (complete blocks + a file's tail): NLL and rounds weighted by targets.
+    `by_position` stays that of the complete blocks (positions of a shorter tail would skew its buckets)."""
+    if len(parts) == 1:
+        return parts[0]
+    import math
+
+    targets = sum(p["targets"] for p in parts)
+    nll = sum(p["nll"] * p["targets"] for p in parts) / targets
+    merged = {**parts[0], "nll": nll, "ppl": math.exp(nll) if nll < 700 else math.inf,
+              f"bits_per_{parts[0]['unit']}": nll / math.log(2), "targets": targets,
+              "blocks": sum(p["blocks"] for p in parts)}
+    if "mean_rounds_used" in merged:
+        merged["mean_rounds_used"] = sum(p["mean_rounds_used"] * p["targets"] for p in parts) / targets
+    return merged
 
 
 def cmd_generate(args) -> int:
