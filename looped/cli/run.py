@@ -150,9 +150,11 @@ def merge_scores(parts: list[dict]) -> dict:
         return parts[0]
     import math
 
+    from ..eval.lm import perplexity
+
     targets = sum(p["targets"] for p in parts)
     nll = sum(p["nll"] * p["targets"] for p in parts) / targets
-    merged = {**parts[0], "nll": nll, "ppl": math.exp(nll) if nll < 700 else math.inf,
+    merged = {**parts[0], "nll": nll, "ppl": perplexity(nll),
               f"bits_per_{parts[0]['unit']}": nll / math.log(2), "targets": targets,
               "blocks": sum(p["blocks"] for p in parts)}
     if "mean_rounds_used" in merged:

@@ -70,7 +70,7 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
         raise ValueError("evaluation scored no targets (empty held-out set)")
     position_nll = position_nll.cpu()
     nll = position_nll.sum().item() / total_targets
-    ppl = math.exp(nll) if nll < math.log(sys.float_info.max) else math.inf  # a diverged model: no OverflowError
+    ppl = perplexity(nll)
     result = {"nll": nll, "ppl": ppl, f"bits_per_{unit}": nll / math.log(2), "targets": total_targets,
               "blocks": used_blocks, "unit": unit, "rounds": rounds}
     if exit_threshold is not None:
@@ -78,6 +78,11 @@ def evaluate_lm(model, blocks: torch.Tensor, *, batch_size: int = 16, max_batche
     if by_position:
         result["by_position"] = position_buckets(position_nll / used_blocks)
     return result
+
+
+def perplexity(nll: float) -> float:
+    """exp(NLL), infinite for a diverged model instead of an OverflowError."""
+    return math.exp(nll) if nll < math.log(sys.float_info.max) else math.inf
 
 
 def position_buckets(mean_nll: torch.Tensor) -> list[dict]:
