@@ -109,6 +109,21 @@ def test_batches_walk_epochs_without_replacement_with_deterministic_depths():
     assert torch.equal(mine.rows.extras["adjacency"], theirs.rows.extras["adjacency"])
 
 
+def test_same_difficulty_batches_hold_one_difficulty_and_still_walk_every_row_once_per_epoch():
+    config = from_dict(RunConfig, tiny_config(task={"train_size": 64, "same_difficulty_batches": True},
+                                              train={"batch_size": 8}))
+    task = rtask.ReasoningTrainTask(config, log=lambda m: None)
+    batches = [task.global_batch(8) for _ in range(16)]  # 128 rows = two epochs, 32 rows per difficulty
+    assert all(len(set(b.rows.difficulty.tolist())) == 1 for b in batches)
+    keys = [task.task.row_key(b.rows, i) for b in batches for i in range(len(b))]
+    all_keys = [task.task.row_key(task.train_rows, i) for i in range(64)]
+    assert sorted(keys[:64]) == sorted(all_keys) and sorted(keys[64:]) == sorted(all_keys)
+    first = [int(b.rows.difficulty[0]) for b in batches[:8]]
+    assert first != sorted(first) and first != sorted(first, reverse=True)  # batches visited in a random order
+    mixed = rtask.ReasoningTrainTask(from_dict(RunConfig, tiny_config(task={"train_size": 64})), log=lambda m: None)
+    assert any(len(set(mixed.global_batch(8).rows.difficulty.tolist())) > 1 for _ in range(8))
+
+
 def test_splits_have_spec_sizes_and_are_disjoint():
     tc = from_dict(RunConfig, tiny_config(task={"train_size": None, "train_difficulties": None, "val_size": 200,
                                                 "test_per_bucket": 20, "test_difficulties": [1, 6]})).task
@@ -136,7 +151,9 @@ def test_shipped_recipes_load_and_train_through_the_cli(tmp_path, capsys):
         for name in ("graph", "logic", "family"):
             config = load_run_config(REPO / f"configs/drt/{scale}/{name}.yaml")
             assert config.task.kind == "reasoning" and config.task.name == drt.TASKS[name]
-            assert config.optim.lr == 3e-4 and config.optim.weight_decay == 1e-2 and config.optim.warmup_steps == 0
+            tuned = scale == "cpu" and name == "logic"  # drt.CPU_RECIPE_CHANGES
+            assert (config.optim.lr, config.optim.warmup_steps) == ((2e-3, 100) if tuned else (3e-4, 0))
+            assert config.optim.weight_decay == 1e-2 and config.task.same_difficulty_batches == tuned
     full = load_run_config(REPO / "configs/drt/full/graph.yaml")
     assert build_model(full.model).parameter_counts()["total"] == 205_441
     assert full.train.max_targets // full.train.batch_size == 7_500  # 40 epochs x 12,000 rows / 64

@@ -293,6 +293,8 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
              "ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
              "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
              "over seeds (n = seeds finished). Paper: seed 002 Table 3, the paper's full recipe.", "",
+             *([f"- {drt.describe(task, scale)}" for task in sorted({str(r['task']) for r in results.rows})
+                if task in drt.TASKS] + [""] if scale == "cpu" else []),
              "| task | arch | alpha | ID % | OOD % | paper ID / OOD | step-1 acc. 12-hop | depth-emb. max |change| "
              "| ACT ponder steps (OOD) | parameters |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for task, arch, alpha in _groups(results):

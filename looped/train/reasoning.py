@@ -19,7 +19,10 @@ Data (all of it a function of `task.data_seed`, so every seed of a study trains 
   test          `test_set(...)` buckets, disjoint from training and validation rows (see `test_rows`).
 
 Per-batch randomness is derived from (train.seed, counter), never from a stream: the permutation of epoch e
-from (seed, e), the depth T of batch b from (seed, b). The task's state is therefore just two counters,
+from (seed, e), the depth T of batch b from (seed, b). With `same_difficulty_batches` the epoch's permutation is
+regrouped: rows of one difficulty are cut into batches of `train.batch_size` and the batches are visited in a
+random order, so short (shallow) rows are no longer padded to the longest row of a mixed batch; every row is
+still seen once per epoch. The task's state is therefore just two counters,
 and a resumed run draws exactly the rows and depths it would have drawn.
 
 Validation (the Trainer's `evaluate`) scores the final step at T = `val_steps` (default: the top of the
@@ -61,6 +64,7 @@ class ReasoningTaskConfig:
     val_size: int = 1000
     steps_range: list[int] | None = None  # training T ~ U{lo..hi}; None: model.steps_range (core), see below
     alpha: float = 0.0  # intermediate-supervision weight; 0 = silent thinking
+    same_difficulty_batches: bool = False  # every batch from one difficulty (less padding); else mixed (paper)
     val_steps: int | None = None  # validation budget; None: the top of the trained range
     eval_steps: list[int] | None = None  # test budgets (steps x difficulty grid); None: seed 002's
     test_difficulties: list[int] | None = None  # None: the task's test buckets
@@ -175,6 +179,19 @@ class StepBatch:
         return len(self.rows)
 
 
+def group_by_difficulty(order: np.ndarray, difficulty: np.ndarray, group: int,
+                        rng: np.random.Generator) -> np.ndarray:
+    """`order` regrouped into runs of `group` rows of one difficulty each, the runs in a random order.
+
+    Within a difficulty the rows keep their order in `order`; a difficulty's last run may be shorter (then the
+    batch that takes it also takes the start of the next run, the only mixed batch)."""
+    runs = []
+    for value in np.unique(difficulty):
+        rows = order[difficulty[order] == value]
+        runs.extend(rows[start:start + group] for start in range(0, len(rows), group))
+    return np.concatenate([runs[i] for i in rng.permutation(len(runs))])
+
+
 def check_model_fits(config, task) -> None:
     """One-line errors when the model cannot read the task's rows."""
     from ..models import get_arch
@@ -214,19 +231,24 @@ class ReasoningTrainTask:
         self.val_steps = tc.val_steps or self.steps_range[1]
         self.alpha = tc.alpha
         self.seed = config.train.seed
+        self.group = config.train.batch_size if tc.same_difficulty_batches else None  # rows per one-difficulty batch
         self.rows_served = 0  # rows handed out so far, across epochs
         self.batches_served = 0
         self._epoch, self._order = -1, None
         lo, hi = self.steps_range
         self.description = (f"{tc.name}: {len(self.train_rows):,} training rows (difficulties "
                             f"{trained_difficulties(tc)}), {len(self.val_rows):,} validation rows; "
-                            f"T ~ U{{{lo}..{hi}}}, alpha {self.alpha}")
+                            f"T ~ U{{{lo}..{hi}}}, alpha {self.alpha}"
+                            f"{', one difficulty per batch' if self.group else ''}")
 
     # --- sampling ---------------------------------------------------------------------------------------
     def epoch_order(self, epoch: int) -> torch.Tensor:
         """Permutation of the training rows for `epoch`, from (train.seed, epoch)."""
         if epoch != self._epoch:
-            order = _seed(self.seed, _ORDER_STREAM, epoch).permutation(len(self.train_rows))
+            rng = _seed(self.seed, _ORDER_STREAM, epoch)
+            order = rng.permutation(len(self.train_rows))
+            if self.group:
+                order = group_by_difficulty(order, self.train_rows.difficulty.numpy(), self.group, rng)
             self._epoch, self._order = epoch, torch.from_numpy(order)
         return self._order
 
