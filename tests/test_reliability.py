@@ -430,6 +430,9 @@ def test_task_names_agree_across_commands(capsys):
     assert code == 0 and "logic" in out
     code, _, err = cli(capsys, "reproduce", "rlt", "--status", "--rows", "nope")
     assert code == 2 and "--rows: unknown name 'nope'" in err and one_line(err)
+    code, out, err = cli(capsys, "reproduce", "rlt", "--status", "--rows", "lstm", "--tasks", "mod5_flat",
+                         "--seeds", "42")  # the CPU-only calibration row was refused by name
+    assert code == 0 and "lstm" in out, err
     code, _, err = cli(capsys, "reproduce", "drt", "--status", "--archs", "nope")  # was "0 to do", silently
     assert code == 2 and "--archs: unknown name 'nope'" in err and one_line(err)
 

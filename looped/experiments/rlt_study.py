@@ -283,7 +283,7 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
 def reproduce(args: argparse.Namespace) -> int:
     """`looped reproduce rlt ...`: run the study (or list its status), print the table."""
     tasks = check_names("--tasks", args.tasks, tuple(rlt.TASKS), {"s5": "s5_standard"}) or rlt.STUDY_TASKS
-    rows = check_names("--rows", args.rows, tuple(rlt.ROWS)) or rlt.STUDY_ROWS
+    rows = check_names("--rows", args.rows, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)) or rlt.STUDY_ROWS
     out, runs = study_folders(args.out, args.runs, f"rlt_{args.scale}")
     selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(tasks), rows=tuple(rows))
     if args.status:
