@@ -174,3 +174,23 @@ def test_scaling_bench_fits_every_curve_and_keeps_committed_results(tmp_path, mo
     assert curves["transformer"]["memory_exponent"] == pytest.approx(1.0)  # a KV cache: linear in context
     assert list(data["train"]["curves"]["workspace"]["step_s"]) == ["1", "2"]
     assert "exponent" in capsys.readouterr().out
+
+
+def test_rlt_bench_names_each_ratio_by_its_rows_and_goal():
+    """`looped bench rlt --compile`: each headline ratio divides the rows its name says, round by round, and
+    carries the issue's goal for its kind (RLT-1 <= 2.0, chunk 4 <= 1.3)."""
+    from looped.bench.rlt import goal_of, headline_ratios
+
+    train = {"RLT-0": [1.0, 2.0, 1.0], "B=1": [2.5, 4.0, 3.0], "B=4": [1.2, 2.4, 1.5],
+             "RLT-0 compiled": [0.5, 1.0, 0.5], "B=1 compiled": [0.9, 1.6, 1.0], "B=4 compiled": [0.6, 1.4, 0.7]}
+    ratios = headline_ratios(train)
+    assert ratios["rlt1_over_rlt0"] == pytest.approx(2.5)  # median of 2.5, 2.0, 3.0
+    assert ratios["chunk4_over_rlt0"] == pytest.approx(1.2)
+    assert ratios["rlt1_compiled_over_rlt0_compiled"] == pytest.approx(1.8)  # 1.8, 1.6, 2.0
+    assert ratios["chunk4_compiled_over_rlt0_compiled"] == pytest.approx(1.4)  # 1.2, 1.4, 1.4
+    assert ratios["rlt1_compiled_over_rlt0_eager"] == pytest.approx(0.9)  # 0.9, 0.8, 1.0
+    assert ratios["rlt0_compiled_over_rlt0_eager"] == pytest.approx(0.5)
+    assert goal_of("rlt1_compiled_over_rlt0_eager") == 2.0 and goal_of("chunk4_over_rlt0") == 1.3
+    assert goal_of("rlt0_compiled_over_rlt0_eager") is None
+    assert set(headline_ratios({k: train[k] for k in ("RLT-0", "B=1", "B=4")})) == {"rlt1_over_rlt0",
+                                                                                     "chunk4_over_rlt0"}

@@ -222,6 +222,23 @@ def test_saved_state_continues_like_uninterrupted_decoding(tmp_path, dtype):
         tiny("rlt0", dtype).state_from_tensors(tensors, meta)
 
 
+def test_a_state_saved_with_short_windows_still_loads():
+    """States saved before the windows became fixed W-1-slot buffers hold only the positions seen so far; the
+    missing slots lie before position 0 and must come back as masked padding, not shift the window."""
+    model = tiny(window=5)  # buffers of 4 slots; after 2 positions the old format kept 2
+    x = torch.randint(0, 277, (2, 9))
+    with torch.no_grad():
+        full = model(x)
+        state = model.init_state(2)
+        model.decode(x[:, :2], state)
+        tensors, meta = model.state_to_tensors(state)
+        for name in [n for n in tensors if n.startswith("window.")]:
+            assert tensors[name].shape[2] == 4
+            tensors[name] = tensors[name][:, :, 2:]  # the old format: the last min(W-1, position) slots
+        restored = model.state_from_tensors(tensors, meta)
+        assert_equivalent(model.decode(x[:, 2:], restored), full[:, 2:], "continuation")
+
+
 def test_truncated_bptt_keeps_values_and_cuts_gradients():
     torch.manual_seed(0)
     x = torch.cat((torch.randint(0, 100, (2, 6)), torch.randint(100, 277, (2, 6))), 1)  # early ids never recur

@@ -1,7 +1,7 @@
 """Seed 003 feedback interval sweep (Appendix I.4): RLT-2 with B in {1, 2, 4, 8, 16, 32} and RLT-0 at one
 fixed small shape, side by side.
 
-    looped bench rlt [--dim 64] [--batch 64] [--seq 40] [--rounds 10] [--threads 1] [--out PATH]
+    looped bench rlt [--dim 64] [--batch 64] [--seq 40] [--rounds 10] [--threads 1] [--compile] [--out PATH]
 
 Measured, for every row:
   train       one step = forward, cross-entropy, backward, AdamW; one step per row per round, the order
@@ -16,13 +16,16 @@ Measured, for every row:
               Inference: the bytes of the decode state (encoder KV, memory, SWA windows, feedback) at the
               largest context.
 Headline: step-time ratios RLT-1 / RLT-0 (goal <= 2.0) and chunk4 / RLT-0 (goal <= 1.3), each the median over
-rounds of the per-round ratio; and a torch.profiler summary of an RLT-1 step (top operators by self CPU time).
+rounds of the per-round ratio; with --compile also the same ratios between `train.compile` twins
+(compiled / compiled) and against eager RLT-0 (compiled / eager), all rows interleaved in one run; and a
+torch.profiler summary of an eager RLT-1 step (top operators by self CPU time).
 The default shape is the CPU parity recipe's (width 64, 2+2, window 8, 64 rows of 40 positions).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from pathlib import Path
@@ -31,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import build_model, get_arch
+from ..models.compile import compile_model
 from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, torch_threads, write_json
 from .train import make_train_step, time_interleaved
@@ -60,6 +64,39 @@ def build_rows(intervals=INTERVALS, *, dim=64, heads=4, ffn_dim=170, encoder_lay
 
 
 # --- measurements -------------------------------------------------------------------------------------------
+def compiled_twins(models: dict) -> dict[str, torch.nn.Module]:
+    """`train.compile` copies (same weights) of the headline rows RLT-0, B=1, B=4, named '<row> compiled'."""
+    return {f"{name} compiled": compile_model(copy.deepcopy(models[name]))
+            for name in ("RLT-0", "B=1", "B=4") if name in models}
+
+
+def pair_ratio(times: dict[str, list[float]], row: str, base: str) -> float:
+    """Median over rounds of row / base step time (both timed in the same round)."""
+    return statistics.median(a / b for a, b in zip(times[row], times[base]))
+
+
+def headline_ratios(train: dict[str, list[float]]) -> dict[str, float]:
+    """RLT-1 and chunk-4 step time over RLT-0: eager / eager, and with --compile also compiled / compiled and
+    compiled / eager RLT-0. The names say which."""
+    ratios = {"rlt1_over_rlt0": pair_ratio(train, "B=1", "RLT-0"),
+              "chunk4_over_rlt0": pair_ratio(train, "B=4", "RLT-0")}
+    if "RLT-0 compiled" in train:
+        ratios.update({
+            "rlt1_compiled_over_rlt0_compiled": pair_ratio(train, "B=1 compiled", "RLT-0 compiled"),
+            "chunk4_compiled_over_rlt0_compiled": pair_ratio(train, "B=4 compiled", "RLT-0 compiled"),
+            "rlt1_compiled_over_rlt0_eager": pair_ratio(train, "B=1 compiled", "RLT-0"),
+            "chunk4_compiled_over_rlt0_eager": pair_ratio(train, "B=4 compiled", "RLT-0"),
+            "rlt0_compiled_over_rlt0_eager": pair_ratio(train, "RLT-0 compiled", "RLT-0")})
+    return ratios
+
+
+def goal_of(ratio_name: str) -> float | None:
+    """The issue's bound for a headline ratio: RLT-1 <= 2.0x, chunk 4 <= 1.3x (any eager / compiled pairing)."""
+    if ratio_name.startswith("rlt1_"):
+        return GOALS["rlt1_over_rlt0"]
+    return GOALS["chunk4_over_rlt0"] if ratio_name.startswith("chunk4_") else None
+
+
 def train_times(models: dict, *, batch: int, seq: int, rounds: int, warmup: int) -> dict[str, list[float]]:
     generator = torch.Generator().manual_seed(0)
     data = torch.randint(0, VOCAB, (batch, seq + 1), generator=generator)
@@ -193,28 +230,31 @@ def op_kind(name: str) -> str:
 def run_rlt_bench(*, intervals=INTERVALS, dim=64, heads=4, ffn_dim=170, encoder_layers=2, decoder_layers=2,
                   window=8, batch=64, seq=40, rounds=10, warmup=2, prefill_lengths=(16, 32, 64, 128, 256),
                   contexts=(16, 64, 256), generation_steps=16, prefill_repeats=3, threads: int | None = 1,
-                  profile: bool = True) -> dict:
+                  profile: bool = True, compile: bool = False) -> dict:
+    """compile: also time `train.compile` twins of RLT-0, B=1 and B=4 in the same interleaved rounds (training
+    step only; prefill, generation and memory are the eager rows')."""
     if 1 not in intervals or 4 not in intervals:
         raise ValueError("the sweep needs B = 1 and B = 4 for the headline ratios")
     context = max(max(prefill_lengths), max(contexts) + generation_steps, seq)
     with torch_threads(threads) as used_threads:
         models = build_rows(intervals, dim=dim, heads=heads, ffn_dim=ffn_dim, encoder_layers=encoder_layers,
                             decoder_layers=decoder_layers, window=window, context=context)
-        train = train_times(models, batch=batch, seq=seq, rounds=rounds, warmup=warmup)
+        timed = {**models, **compiled_twins(models)} if compile else models
+        train = train_times(timed, batch=batch, seq=seq, rounds=rounds, warmup=warmup)
         memory = {name: saved_for_backward_bytes(m, batch, seq) for name, m in models.items()}
         peaks = {name: training_peak_bytes(m, batch, seq) for name, m in models.items()}
         prefill = prefill_times(models, prefill_lengths, repeats=prefill_repeats)
         generation, state_bytes = generation_times(models, contexts, steps=generation_steps)
         profiled = profile_step(models["B=1"], batch=batch, seq=seq) if profile else None
-    base = train["RLT-0"]
-    ratios = {"rlt1_over_rlt0": statistics.median(a / b for a, b in zip(train["B=1"], base)),
-              "chunk4_over_rlt0": statistics.median(a / b for a, b in zip(train["B=4"], base))}
+        profiled_compiled = (profile_step(timed["B=1 compiled"], batch=batch, seq=seq)
+                             if profile and compile else None)
+    ratios = headline_ratios(train)
     rows = {}
     for name, model in models.items():
         parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         rows[name] = {"parameters": sum(p.numel() for p in model.parameters()),
                       "train_step": summarize(train[name]),
-                      "train_over_rlt0": statistics.median(a / b for a, b in zip(train[name], base)),
+                      "train_over_rlt0": pair_ratio(train, name, "RLT-0"),
                       "prefill_s": {str(n): s for n, s in prefill[name].items()},
                       "generation_s_per_token": {str(c): s for c, s in generation[name].items()},
                       "memory": {"peak_step_bytes": peaks[name], "saved_for_backward_bytes": memory[name],
@@ -228,9 +268,16 @@ def run_rlt_bench(*, intervals=INTERVALS, dim=64, heads=4, ffn_dim=170, encoder_
                              "backward (dispatch-level meter; parameters and inputs excluded, gradients included); "
                              "saved-tensor hooks: distinct non-parameter storages autograd holds for backward; "
                              "parameters+gradients+AdamW = 4 x parameter bytes; decode state = state_to_tensors bytes",
-            "rows": rows, "ratios": ratios,
-            "goals": {k: {"max": GOALS[k], "value": v, "met": v <= GOALS[k]} for k, v in ratios.items()},
-            "profile_rlt1": profiled}
+            "rows": rows,
+            "compiled_rows": {name: {"train_step": summarize(times), "train_over_rlt0_eager":
+                                     pair_ratio(train, name, "RLT-0")}
+                              for name, times in train.items() if name.endswith(" compiled")},
+            "ratios": ratios,
+            "ratio_method": "median over rounds of the per-round ratio of step times (rows interleaved in one "
+                            "run); '<row>_compiled' = train.compile twin with the same weights",
+            "goals": {k: {"max": goal_of(k), "value": v, "met": v <= goal_of(k)}
+                      for k, v in ratios.items() if goal_of(k) is not None},
+            "profile_rlt1": profiled, "profile_rlt1_compiled": profiled_compiled}
 
 
 def plot(result: dict, path: Path) -> Path:
@@ -282,6 +329,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generation-steps", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time train.compile twins of RLT-0, B=1, B=4 side by side (training step)")
     parser.add_argument("--out", type=Path)
 
 
@@ -291,7 +340,7 @@ def main(args: argparse.Namespace) -> int:
                            window=args.window, batch=args.batch, seq=args.seq, rounds=args.rounds,
                            warmup=args.warmup, prefill_lengths=tuple(args.prefill_lengths),
                            contexts=tuple(args.contexts), generation_steps=args.generation_steps,
-                           threads=args.threads, profile=not args.no_profile)
+                           threads=args.threads, profile=not args.no_profile, compile=args.compile)
     result["environment"] = environment()
     path = write_json(args.out or DEFAULT_OUT, result)
     plot(result, path.with_suffix(".png"))
@@ -303,14 +352,22 @@ def main(args: argparse.Namespace) -> int:
                   f"{1e3 * r['prefill_s'][longest]:.1f}", f"{1e3 * r['generation_s_per_token'][widest]:.2f}",
                   f"{r['memory']['peak_step_bytes'] / 2**20:.1f}",
                   f"{r['memory']['saved_for_backward_bytes'] / 2**20:.1f}"] for name, r in rows.items()])
+    for name, r in result["compiled_rows"].items():
+        print(f"{name}: step {r['train_step']['median_s']:.3f} s, x eager RLT-0 {r['train_over_rlt0_eager']:.2f}")
     for key, goal in result["goals"].items():
         print(f"{key}: {goal['value']:.2f} (goal <= {goal['max']}, {'met' if goal['met'] else 'not met'})")
+    if "rlt0_compiled_over_rlt0_eager" in result["ratios"]:
+        print(f"rlt0_compiled_over_rlt0_eager: {result['ratios']['rlt0_compiled_over_rlt0_eager']:.2f}")
     if result["profile_rlt1"]:
         p = result["profile_rlt1"]
         print(f"RLT-1 step: {p['aten_calls_per_step']:,.0f} aten calls incl. nested "
               f"({p['aten_calls_per_position']:,.0f} per position); self CPU time by kind: " + ", ".join(
                   f"{k} {100 * v:.0f}%" for k, v in sorted(p["share_by_kind"].items(), key=lambda kv: -kv[1])))
         print("top ops: " + ", ".join(f"{o['op']} {100 * o['share']:.0f}%" for o in p["top_ops"][:6]))
+    if result.get("profile_rlt1_compiled"):
+        p = result["profile_rlt1_compiled"]
+        print(f"compiled RLT-1 step: {p['aten_calls_per_step']:,.0f} aten calls, self CPU {p['self_cpu_ms_per_step']:.0f} "
+              "ms; top ops: " + ", ".join(f"{o['op'][:40]} {100 * o['share']:.0f}%" for o in p["top_ops"][:8]))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
 

@@ -12,9 +12,11 @@ What is compiled, and what recompiles when:
       step; the loop over rounds runs in Python around it, so a new `rounds` / `steps` value reuses the
       graph. The round index is an int: round 0 compiles once, round 1 recompiles once with the index
       dynamic, later rounds reuse it.
-  rlt, rlt0  each decoder layer's SwiGLU sublayer (one graph per layer and chunk size; for RLT-0 the
-      length becomes dynamic after the first new length). The attention stays eager: its window and memory
-      lengths grow over the first positions, and inductor (torch 2.13) fails on that dynamic backward.
+  rlt, rlt0  the per-chunk decoder step (feedback merge + every decoder layer, attention included): the
+      windows are fixed (W-1)-slot buffers and every chunk of a call reads the memory at one span, so all
+      positions of a training step run one graph (plus one for the first position, whose feedback is s*).
+      A second training length recompiles once with the memory span and chunk size dynamic; later lengths
+      reuse it. The encoder, memory projections and readout run eager, once per call.
   lstm  the readout (nn.LSTM is one fused operator, and Dynamo does not trace it).
 Under torch.inference_mode / no_grad (evaluation) each region compiles once more. Decoding with an
 incremental state (`decode`) stays eager.

@@ -32,7 +32,11 @@ Where RLT-1 time goes (d 64, 2+2, W 8, batch 64, length 40, forward+backward, on
 tensors, so the time is per-kernel cost, not flops: matmuls ~18%, single-query attention kernels ~18%
 (their cost is per batch x head pair), elementwise kernels ~40%, dispatch and autograd bookkeeping ~25%.
 Hence: split instead of slice (one backward cat instead of a zero-filled gradient per chunk), memory read
-through views, q and k normalised and rotated together, three-kernel RoPE, one matmul for both state terms.
+through views, q and k normalised and rotated together, three-kernel RoPE, one matmul for both state terms,
+and a static-shape chunk step (`decoder_step`) that train.compile fuses: each decoder layer's window is a
+fixed buffer of W-1 slots (zeros before position 0, hidden by a mask; keys are RoPE-rotated at their absolute
+positions, so a slot's place in the buffer does not matter, only the mask), and every chunk of a call reads
+the memory at one span with a causal mask, so all positions of a training step have the same shapes.
 
 Choices the paper leaves open (inferred, not stated by it):
   s*      initial feedback state, init N(0, 1): the merge reads it only through RMSNorm_s, so its scale
@@ -113,7 +117,8 @@ class RLTState(DecodeState):
     encoder: list[KVCache] = field(default_factory=list)  # per encoder layer: causal self-attention K/V
     memory: list[KVCache] = field(default_factory=list)  # per memory group: k, v of every consumed position
     windows: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # per decoder layer: SWA
-    #   keys, values of the last <= W-1 positions, each (batch, heads, kept, head_dim)
+    #   keys, values of the last W-1 positions, each (batch, heads, W-1, head_dim); slots before position 0
+    #   are zeros, masked by position
     feedback: torch.Tensor | None = None  # (batch, dim) register h; None = s* (no complete chunk yet)
     shuffle_feedback: bool = False  # ablation: row i merges the register of row i-1 (the batch rolled by one)
 
@@ -194,16 +199,17 @@ class WindowAttention(nn.Module):
         self.out = nn.Linear(c.dim, c.dim, bias=False)
 
     def forward(self, x, rope, past, mask):
-        # x (batch, n, dim); past: keys, values (batch, H, kept, hd) of the positions just before x
+        # x (batch, n, dim); past: keys, values (batch, H, W-1, hd) of positions start-W+1 .. start-1 (slots
+        # before position 0 are zeros, hidden by `mask` (n, W-1+n)). The returned window has the same fixed
+        # shape: the last W-1 of past + new, so a compiled step sees one shape at every position.
         b, n, d = x.shape
         qkv = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, b, H, n, hd)
         # q and k normalised and rotated together: same arithmetic as q_norm/k_norm, half the kernels
         gains = torch.stack((self.q_norm.weight, self.k_norm.weight))[:, None, None, None]  # (2, 1, 1, 1, hd)
         q, k = rotate(F.rms_norm(qkv[:2], (self.head_dim,), eps=self.q_norm.eps) * gains, *rope).unbind(0)
         k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], qkv[2]), dim=2)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # n == 1 needs no mask: past is the window
-        kept = k.shape[2] - min(self.keep, k.shape[2])
-        return self.out(y.transpose(1, 2).reshape(b, n, d)), (k[:, :, kept:], v[:, :, kept:])
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(b, n, d)), (k[:, :, n:], v[:, :, n:])
 
 
 class MemoryAttention(nn.Module):
@@ -217,7 +223,7 @@ class MemoryAttention(nn.Module):
         self.out = nn.Linear(c.dim, c.dim, bias=False)
 
     def forward(self, x, rope, memory, mask):
-        # memory: keys, values (batch, H, t_end, hd), already cut at the chunk's last position
+        # memory: keys, values (batch, H, L, hd); mask (n, L) hides positions after each query and unwritten slots
         b, n, d = x.shape
         q = rotate(self.q_norm(self.query(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)), *rope)
         y = F.scaled_dot_product_attention(q, memory[0], memory[1], attn_mask=mask)
@@ -237,17 +243,11 @@ class DecoderLayer(nn.Module):
         self.ffn = SwiGLU(c.dim, c.ffn_dim)
 
     def forward(self, x, rope, past, memory, swa_mask, cross_mask):
-        x, window = self.attend(x, rope, past, memory, swa_mask, cross_mask)
-        return self.feed_forward(x), window
-
-    def attend(self, x, rope, past, memory, swa_mask, cross_mask):
-        """The two attention sublayers with their residuals; returns x and this layer's new window K/V."""
+        """x (batch, n, dim) -> x and this layer's new window K/V."""
         y, window = self.swa(self.swa_norm(x), rope, past, swa_mask)
         x = x + y
-        return x + self.cross(self.cross_norm(x), rope, memory, cross_mask), window
-
-    def feed_forward(self, x):
-        return x + self.ffn(self.ffn_norm(x))
+        x = x + self.cross(self.cross_norm(x), rope, memory, cross_mask)
+        return x + self.ffn(self.ffn_norm(x)), window
 
 
 def init_weights(model: nn.Module) -> None:
@@ -266,10 +266,12 @@ def init_weights(model: nn.Module) -> None:
 @register("rlt", RLTConfig, test_overrides=dict(dim=32, heads=2, ffn_dim=48, encoder_layers=1, decoder_layers=2,
                                                 window=3, context_length=32))
 class RLT(CausalLM):
-    # train.compile: the decoder layers' SwiGLU sublayers, whose shapes never grow. Not the attention: the
-    # window and memory lengths grow over the first positions, and inductor fails to compile the backward
-    # of that dynamic-shape graph at the bench shape (torch 2.13, "Exponent must be non-negative").
-    compiled_methods = ("feed_forward",)
+    # train.compile: the per-chunk decoder step (merge + decoder layers), whose shapes are the same at every
+    # position of a call (fixed window buffers, one memory span; see run_decoder). When the windows grew
+    # over the first positions, inductor (torch 2.13) failed on the backward ("Exponent must be
+    # non-negative"); with fixed windows only the memory span and the chunk size vary between calls, and
+    # they become dynamic after the first change.
+    compiled_methods = ("decoder_step",)
 
     def __init__(self, config: RLTConfig):
         super().__init__()
@@ -353,11 +355,25 @@ class RLT(CausalLM):
         return cos.to(like.dtype), torch.cat((-sin, sin), dim=-1).to(like.dtype)
 
     def write_memory(self, e: torch.Tensor, rope, state: RLTState) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Append the new positions' memory K/V; return every group's keys, values (batch, H, end, hd)."""
+        """Append the new positions' memory K/V; return every group's keys, values (batch, H, L, hd), L the
+        memory span of this call (`memory_span`)."""
         if not self.decoder:
             return []
         normed = self.memory_norm(e)
-        return [cache.append(*group(normed, rope))[:2] for group, cache in zip(self.memory, state.memory)]
+        for group, cache in zip(self.memory, state.memory):
+            cache.append(*group(normed, rope))
+        span = self.memory_span(state.memory[0])
+        return [(cache.keys[:, :, :span], cache.values[:, :, :span]) for cache in state.memory]
+
+    MEMORY_BUCKET = 64
+
+    @classmethod
+    def memory_span(cls, cache: KVCache) -> int:
+        """How many memory slots the decoder reads in this call: the written length rounded up to a multiple of
+        MEMORY_BUCKET, at most the capacity (the slots past the written length are zeros, masked). One span
+        serves every chunk of a call, and `forward` makes capacity = its length, so a training step reads one
+        memory shape at every position; incremental decoding changes shape once per MEMORY_BUCKET positions."""
+        return min(cache.capacity, -(-cache.length // cls.MEMORY_BUCKET) * cls.MEMORY_BUCKET)
 
     def chunks(self, start: int, n: int) -> list[tuple[int, int]]:
         """Local [a, z) ranges of the n new positions, cut where a feedback chunk begins (multiples of B)."""
@@ -368,65 +384,83 @@ class RLT(CausalLM):
         return list(zip(edges[:-1], edges[1:]))
 
     def run_decoder(self, e: torch.Tensor, rope, memory, state: RLTState) -> torch.Tensor:
-        """Merge and decoder for the new positions, chunk after chunk; returns s (batch, n, dim)."""
+        """Merge and decoder for the new positions, chunk after chunk; returns s (batch, n, dim).
+
+        Every chunk runs `decoder_step`, whose inputs have the same shapes at every position of a call: the
+        window K/V are fixed (W-1)-slot buffers and the memory is read at one span, both with boolean masks
+        built here from positions (tensors, so no per-position Python value enters the step). That is what
+        lets train.compile fuse the token-sequential decoder of RLT-1 into one compiled graph per chunk size
+        instead of ~1,900 eager operator calls per position."""
         start, every = state.position, self.config.feedback_interval
         chunks = self.chunks(start, e.shape[1])
         sizes = [z - a for a, z in chunks]
         # split, not slice: one backward cat instead of a zero-filled full-length gradient per chunk
         inputs = e.split(sizes, dim=1)
+        gates, weights = [None] * len(chunks), None
         if self.merge is not None:  # hoisted out of the loop: the gate's encoder half and the state weights
             gates, weights = self.merge.encoder_gate(e).split(sizes, dim=1), self.merge.state_weights()
+        span = memory[0][0].shape[2] if memory else 0
         outputs = []
         for i, (a, z) in enumerate(chunks):
-            x = inputs[i]
-            if self.merge is not None:
-                x = self.merge(x, gates[i], self.feedback_register(state), weights)
-            x, state.windows = self.decoder_pass(x, start + a, (rope[0][a:z], rope[1][a:z]), memory, state.windows)
+            h = self.feedback_register(state) if self.merge is not None else None
+            masks = self.step_masks(start + a, z - a, span, e.device)
+            x, state.windows = self.decoder_pass(inputs[i], gates[i], h, weights, (rope[0][a:z], rope[1][a:z]),
+                                                 state.windows, memory, *masks)
             if self.merge is not None and (start + z) % every == 0:
                 state.feedback = x[:, -1]  # a complete chunk: its last output becomes h
             outputs.append(x)
         return torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]
+
+    def step_masks(self, start: int, n: int, span: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Boolean masks (True = may attend) for the n positions start..start+n-1: over the window keys
+        (n, W-1+n), i.e. the W-1 buffer slots (positions start-W+1 .. start-1; negative ones are empty) and
+        the chunk itself, and over the memory span (n, span). Each query sees at least itself: no empty row."""
+        keep = self.config.window - 1
+        swa = position_mask(start, n, start - keep, keep + n, causal=True, window=self.config.window, device=device)
+        swa[:, :max(0, keep - start)] = False  # slots before position 0
+        cross = position_mask(start, n, 0, span, causal=True, window=None, device=device)
+        return swa, cross
 
     def feedback_register(self, state: RLTState) -> torch.Tensor:
         if state.feedback is not None:
             return state.feedback.roll(1, 0) if state.shuffle_feedback else state.feedback
         return self.merge.initial_state.expand(state.batch, -1)
 
-    def decoder_pass(self, x, start, rope, memory, windows):
-        """All decoder layers on one chunk of n positions starting at `start`; returns s and the new windows."""
+    def decoder_pass(self, *step_inputs):
+        """`decoder_step`, recomputed in backward under checkpoint_activations."""
         if self.config.checkpoint_activations and torch.is_grad_enabled():
-            return checkpoint(self.run_layers, x, start, rope, memory, windows, use_reentrant=False)
-        return self.run_layers(x, start, rope, memory, windows)
+            return checkpoint(self.decoder_step, *step_inputs, use_reentrant=False)
+        return self.decoder_step(*step_inputs)
 
-    def run_layers(self, x, start, rope, memory, windows):
-        n, end = x.shape[1], start + x.shape[1]
-        kept = windows[0][0].shape[2] if windows else 0  # window positions start-kept .. start-1
-        swa_mask = cross_mask = None  # one position: its window cache and memory[:end] are exactly what it sees
-        if n > 1:
-            swa_mask = position_mask(start, n, start - kept, kept + n, causal=True, window=self.config.window,
-                                     device=x.device)
-            cross_mask = position_mask(start, n, 0, end, causal=True, window=None, device=x.device)
-        groups = [(k[:, :, :end], v[:, :, :end]) for k, v in memory]  # views, no copies
+    def decoder_step(self, x, gate_e, h, weights, rope, windows, memory, swa_mask, cross_mask):
+        """Merge + every decoder layer for one chunk of n positions (what train.compile compiles).
+        x, gate_e (batch, n, dim); h (batch, dim) or None (RLT-0); windows: per layer (batch, H, W-1, hd) K/V;
+        memory: per group (batch, H, span, hd) K/V. Returns s (batch, n, dim) and the new windows."""
+        if self.merge is not None:
+            x = self.merge(x, gate_e, h, weights)
         new_windows = []
         for layer, past, group in zip(self.decoder, windows, self.memory_group):
-            x, window = layer.attend(x, rope, past, groups[group], swa_mask, cross_mask)
-            x = self.feed_forward(layer, x)
+            x, window = layer(x, rope, past, memory[group], swa_mask, cross_mask)
             new_windows.append(window)
         return x, new_windows
-
-    def feed_forward(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
-        """Decoder layer `layer`'s SwiGLU sublayer with its residual (what train.compile compiles)."""
-        return layer.feed_forward(x)
 
     # --- state ------------------------------------------------------------------------------------------
     def new_state(self, batch: int, capacity: int) -> RLTState:
         c, w = self.config, self.embed.weight
         def cache():
             return KVCache(batch, c.heads, self.head_dim, capacity, dtype=w.dtype, device=w.device)
-        empty_window = torch.zeros(batch, c.heads, 0, self.head_dim, dtype=w.dtype, device=w.device)
-        return RLTState(batch=batch, encoder=[cache() for _ in self.encoder],
-                        memory=[cache() for _ in range(c.memory_groups if self.decoder else 0)],
+        empty_window = torch.zeros(batch, c.heads, c.window - 1, self.head_dim, dtype=w.dtype, device=w.device)
+        memory = [cache() for _ in range(c.memory_groups if self.decoder else 0)]
+        for m in memory:  # the decoder reads whole spans past the written length (masked): zeros, never garbage
+            m.keys.zero_(), m.values.zero_()
+        return RLTState(batch=batch, encoder=[cache() for _ in self.encoder], memory=memory,
                         windows=[(empty_window, empty_window) for _ in self.decoder])
+
+    def full_window(self, kept: torch.Tensor) -> torch.Tensor:
+        """A saved window (batch, H, kept, hd) as the fixed W-1-slot buffer: states saved before the buffers
+        were fixed keep only min(W-1, position) slots; the missing leading slots are before position 0."""
+        missing = self.config.window - 1 - kept.shape[2]
+        return F.pad(kept, (0, 0, missing, 0)) if missing > 0 else kept
 
     @staticmethod
     def detach_state(state: RLTState) -> None:
@@ -478,8 +512,8 @@ class RLT(CausalLM):
                 cache.values[:, :, :state.position] = tensors[f"{kind}.{i}.values"]
                 cache.length = state.position
         w = self.embed.weight
-        state.windows = [(tensors[f"window.{i}.keys"].to(w), tensors[f"window.{i}.values"].to(w))
-                         for i in range(len(self.decoder))]
+        state.windows = [(self.full_window(tensors[f"window.{i}.keys"].to(w)),
+                          self.full_window(tensors[f"window.{i}.values"].to(w))) for i in range(len(self.decoder))]
         if "feedback" in tensors:
             state.feedback = tensors["feedback"].to(w)
         return state
