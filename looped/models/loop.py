@@ -131,39 +131,47 @@ class Workspace(nn.Module):
         """Parameter-only work of the fused read (`read_recomputed`), done once per forward / decode call
         because every round shares it: the projection to gates, values and *slot logits* (the query's
         rows multiplied by k_s / sqrt(m): q . k_s / sqrt(m) = x . (W_q^T k_s) / sqrt(m) + b_q . k_s / sqrt(m)),
-        and the output projection scaled by gamma. Returns (weight (S + S m + S, d), bias, W_o', b_o')."""
+        and the output projection scaled by gamma. Returns (weight^T (d, S + S m + S), bias, W_o'^T, b_o')."""
         weight, bias = self.folded_projection()
         gv = self.slots + self.slots * self.slot_dim
         keys = self.keys / math.sqrt(self.slot_dim)  # (S, m)
         weight = torch.cat((weight[:gv], keys @ weight[gv:]))
         bias = torch.cat((bias[:gv], keys @ bias[gv:]))
-        return weight, bias, self.gamma * self.out.weight, self.gamma * self.out.bias
+        # stored transposed (views): each round's addmm then needs no transpose of its own
+        return weight.t(), bias, (self.gamma * self.out.weight).t(), self.gamma * self.out.bias
 
     def read_recomputed(self, u: torch.Tensor, carry: torch.Tensor | None, folded: tuple[torch.Tensor, ...]
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-        """c = gamma (W_o sum_s alpha_s N_s / sqrt(max(D_s, eps)) + b_o) for u (b, l, dim), in as few kernels
-        as the equations allow (a token of decoding pays per kernel); returns c and the sums [N | D]
-        (b, l, S, m+1). The same arithmetic as project -> prefix_sums -> slot_weights -> read, regrouped."""
-        weight, bias, out_weight, out_bias = folded
+        """u + c, with c = gamma (W_o sum_s alpha_s N_s / sqrt(max(D_s, eps)) + b_o), for u (b, l, dim), in as
+        few kernels as the equations allow (a token of decoding pays per kernel); returns u + c (what LN_b
+        normalises) and the sums [N | D] (b, l, S, m+1). The same arithmetic as project -> prefix_sums ->
+        slot_weights -> read, regrouped."""
+        weight_t, bias, out_weight_t, out_bias = folded
         S, m = self.slots, self.slot_dim
         b, n, d = u.shape
         # 2-D matmuls (batch * length rows): a 3-D F.linear costs several more dispatches per call
-        x = F.layer_norm(u.reshape(b * n, d), (d,), eps=self.write_norm.eps)
-        projected = torch.addmm(bias, x, weight.t())  # (b n, S + S m + S)
+        flat_u = u.reshape(b * n, d)
+        x = F.layer_norm(flat_u, (d,), eps=self.write_norm.eps)
+        projected = torch.addmm(bias, x, weight_t)  # (b n, S + S m + S)
         gate = torch.sigmoid(projected[:, :S]).unsqueeze(-1)  # (b n, S, 1)
-        value = torch.tanh(projected[:, S:S + S * m]).view(b * n, S, m)
-        sums = torch.cat((gate * value, gate), dim=-1).view(b, n, S, m + 1)
-        if n > 1:  # a running sum over one position is the position itself
-            sums = sums.cumsum(dim=1)
-        if carry is not None:
-            sums = sums + carry.unsqueeze(1)
+        # [v | 1]: one multiply by the gate gives [g v | g] (g * 1 is exact), no concatenation of the products
+        value_one = F.pad(torch.tanh(projected[:, S:S + S * m]).view(b * n, S, m), (0, 1), value=1.0)
+        if n == 1 and carry is not None:  # one position: carry + g [v | 1] in one kernel
+            sums = torch.addcmul(carry, gate, value_one).view(b, n, S, m + 1)
+        else:
+            sums = (gate * value_one).view(b, n, S, m + 1)
+            if n > 1:  # a running sum over one position is the position itself
+                sums = sums.cumsum(dim=1)
+            if carry is not None:
+                sums = sums + carry.unsqueeze(1)
         flat = sums.view(b * n, S, m + 1)
         weights = torch.softmax(projected[:, S + S * m:], dim=-1) * self.inverse_norm(flat)  # (b n, S)
         if n == 1:  # one position per row: a batched (1 x S) @ (S x m) product is one kernel
             mixed = torch.bmm(weights.unsqueeze(1), flat[..., :-1]).squeeze(1)
         else:  # many positions: a broadcast multiply-sum is faster than b n tiny matmuls
             mixed = (weights.unsqueeze(-1) * flat[..., :-1]).sum(dim=-2)
-        return torch.addmm(out_bias, mixed, out_weight.t()).view(b, n, d), sums
+        # (u + b_o') + W_o' mixed accumulated in place: no bias copy and no separate residual add
+        return (flat_u + out_bias).addmm_(mixed, out_weight_t).view(b, n, d), sums
 
     def project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(batch, length, dim) -> gates g (b, l, S), values v (b, l, S, m), query q (b, l, m)  (eqs. 3, 6)."""
@@ -405,9 +413,9 @@ class WorkspaceLoop(_Anchored):
         if not self.retain:  # sum_s alpha_s N_s / sqrt(D_s) without materialising M~
             if "folded" not in aux:  # once per call: every round shares it
                 aux["folded"] = self.fold_for(state)
-            read, sums = ws.read_recomputed(u, carry, aux["folded"])
+            combined, sums = ws.read_recomputed(u, carry, aux["folded"])  # u + c
             self.keep_sums(state, r, sums)
-            return ws.combine_norm(u + read)
+            return ws.combine_norm(combined)
         gate, value, query = ws.project(u)
         sums = ws.prefix_sums(gate, value, carry)
         self.keep_sums(state, r, sums)
