@@ -91,6 +91,10 @@ class Anchor(nn.Module):
         return self.norm(h + self.down(F.gelu(self.up(torch.cat((e, h), dim=-1)))))
 
 
+# A logit whose tanh is exactly 1.0 in float16, bfloat16, float32 and float64 (and finite in all of them)
+ONE_LOGIT = 1000.0
+
+
 class Workspace(nn.Module):
     """Gated causal writes into S slots of m coordinates, read by content address (eqs. 3-7).
 
@@ -131,12 +135,17 @@ class Workspace(nn.Module):
         """Parameter-only work of the fused read (`read_recomputed`), done once per forward / decode call
         because every round shares it: the projection to gates, values and *slot logits* (the query's
         rows multiplied by k_s / sqrt(m): q . k_s / sqrt(m) = x . (W_q^T k_s) / sqrt(m) + b_q . k_s / sqrt(m)),
-        and the output projection scaled by gamma. Returns (weight^T (d, S + S m + S), bias, W_o'^T, b_o')."""
+        and the output projection scaled by gamma. Returns (weight^T (d, S + S (m+1) + S), bias, W_o'^T, b_o')."""
         weight, bias = self.folded_projection()
         gv = self.slots + self.slots * self.slot_dim
         keys = self.keys / math.sqrt(self.slot_dim)  # (S, m)
-        weight = torch.cat((weight[:gv], keys @ weight[gv:]))
-        bias = torch.cat((bias[:gv], keys @ bias[gv:]))
+        # each slot's m value rows get a constant row (weight 0, bias ONE_LOGIT): tanh of it is exactly 1, so
+        # the projection's tanh yields [v | 1] per slot and one multiply by the gate gives [g v | g]
+        S, m, d = self.slots, self.slot_dim, weight.shape[1]
+        value_w = torch.cat((weight[S:gv].view(S, m, d), weight.new_zeros(S, 1, d)), dim=1).view(-1, d)
+        value_b = torch.cat((bias[S:gv].view(S, m), bias.new_full((S, 1), ONE_LOGIT)), dim=1).view(-1)
+        weight = torch.cat((weight[:S], value_w, keys @ weight[gv:]))
+        bias = torch.cat((bias[:S], value_b, keys @ bias[gv:]))
         # stored transposed (views): each round's addmm then needs no transpose of its own
         return weight.t(), bias, (self.gamma * self.out.weight).t(), self.gamma * self.out.bias
 
@@ -152,10 +161,10 @@ class Workspace(nn.Module):
         # 2-D matmuls (batch * length rows): a 3-D F.linear costs several more dispatches per call
         flat_u = u.reshape(b * n, d)
         x = F.layer_norm(flat_u, (d,), eps=self.write_norm.eps)
-        projected = torch.addmm(bias, x, weight_t)  # (b n, S + S m + S)
+        projected = torch.addmm(bias, x, weight_t)  # (b n, S + S (m+1) + S)
         gate = torch.sigmoid(projected[:, :S]).unsqueeze(-1)  # (b n, S, 1)
-        # [v | 1]: one multiply by the gate gives [g v | g] (g * 1 is exact), no concatenation of the products
-        value_one = F.pad(torch.tanh(projected[:, S:S + S * m]).view(b * n, S, m), (0, 1), value=1.0)
+        # [v | 1] (see fold): one multiply by the gate gives [g v | g] (g * 1 is exact), no concatenation
+        value_one = torch.tanh(projected[:, S:S + S * (m + 1)]).view(b * n, S, m + 1)
         if n == 1 and carry is not None:  # one position: carry + g [v | 1] in one kernel
             sums = torch.addcmul(carry, gate, value_one).view(b, n, S, m + 1)
         else:
@@ -165,7 +174,7 @@ class Workspace(nn.Module):
             if carry is not None:
                 sums = sums + carry.unsqueeze(1)
         flat = sums.view(b * n, S, m + 1)
-        weights = torch.softmax(projected[:, S + S * m:], dim=-1) * self.inverse_norm(flat)  # (b n, S)
+        weights = torch.softmax(projected[:, S + S * (m + 1):], dim=-1) * self.inverse_norm(flat)  # (b n, S)
         if n == 1:  # one position per row: a batched (1 x S) @ (S x m) product is one kernel
             mixed = torch.bmm(weights.unsqueeze(1), flat[..., :-1]).squeeze(1)
         else:  # many positions: a broadcast multiply-sum is faster than b n tiny matmuls
