@@ -277,3 +277,15 @@ def test_a_checkpoint_of_one_row_is_refused_as_another(tmp_path):
     with pytest.raises(CheckpointError, match="'workspace' checkpoint cannot be loaded as 'workspace_retention'"):
         load_weights(retention, tmp_path / "ckpt")
     load_weights(model_of("workspace"), tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_the_folds_constant_value_row_reads_as_exactly_one(dtype):
+    """The fold's extra row per slot must give tanh == 1 exactly, or D (the gate mass) would be scaled by it."""
+    ws = model_of("workspace").workspace.to(dtype)
+    with torch.no_grad():
+        weight_t, bias, _, _ = ws.fold()
+        S, m = ws.slots, ws.slot_dim
+        u = torch.randn(3, ws.write_norm.normalized_shape[0], dtype=dtype)
+        values = torch.tanh(u @ weight_t + bias)[:, S:S + S * (m + 1)].view(3, S, m + 1)
+    assert torch.equal(values[..., -1], torch.ones(3, S, dtype=dtype))
