@@ -496,3 +496,10 @@ def test_a_diverged_model_scores_an_infinite_perplexity_not_a_crash(corpus, tmp_
     assert [e["val_ppl"] for e in events if "val_ppl" in e] == [float("inf")]
     last = tmp_path / "run" / "checkpoints" / "last"
     assert all(torch.isfinite(v).all() for v in load_file(str(last / "model.safetensors")).values())
+
+
+def test_python_dash_m_looped_runs_the_cli():
+    # `python -m looped` had no __main__ module ("No module named looped.__main__")
+    proc = subprocess.run([sys.executable, "-m", "looped", "params", "nope-arch"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and "nope-arch" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
