@@ -287,5 +287,5 @@ def test_the_folds_constant_value_row_reads_as_exactly_one(dtype):
         weight_t, bias, _, _ = ws.fold()
         S, m = ws.slots, ws.slot_dim
         u = torch.randn(3, ws.write_norm.normalized_shape[0], dtype=dtype)
-        values = torch.tanh(u @ weight_t + bias)[:, S:S + S * (m + 1)].view(3, S, m + 1)
+        values = torch.tanh(u @ weight_t + bias)[:, 2 * S:2 * S + S * (m + 1)].view(3, S, m + 1)
     assert torch.equal(values[..., -1], torch.ones(3, S, dtype=dtype))

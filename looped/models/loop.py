@@ -133,9 +133,10 @@ class Workspace(nn.Module):
 
     def fold(self) -> tuple[torch.Tensor, ...]:
         """Parameter-only work of the fused read (`read_recomputed`), done once per forward / decode call
-        because every round shares it: the projection to gates, values and *slot logits* (the query's
-        rows multiplied by k_s / sqrt(m): q . k_s / sqrt(m) = x . (W_q^T k_s) / sqrt(m) + b_q . k_s / sqrt(m)),
-        and the output projection scaled by gamma. Returns (weight^T (d, S + S (m+1) + S), bias, W_o'^T, b_o')."""
+        because every round shares it: the projection to *slot logits* (the query's rows multiplied by
+        k_s / sqrt(m): q . k_s / sqrt(m) = x . (W_q^T k_s) / sqrt(m) + b_q . k_s / sqrt(m)), gates and values,
+        and the output projection scaled by gamma. Returns (weight^T (d, S + S + S (m+1)), bias, W_o'^T, b_o');
+        the projection's columns are [slot logits | gates | values], so one `split` cuts them."""
         weight, bias = self.folded_projection()
         gv = self.slots + self.slots * self.slot_dim
         keys = self.keys / math.sqrt(self.slot_dim)  # (S, m)
@@ -144,43 +145,50 @@ class Workspace(nn.Module):
         S, m, d = self.slots, self.slot_dim, weight.shape[1]
         value_w = torch.cat((weight[S:gv].view(S, m, d), weight.new_zeros(S, 1, d)), dim=1).view(-1, d)
         value_b = torch.cat((bias[S:gv].view(S, m), bias.new_full((S, 1), ONE_LOGIT)), dim=1).view(-1)
-        weight = torch.cat((weight[:S], value_w, keys @ weight[gv:]))
-        bias = torch.cat((bias[:S], value_b, keys @ bias[gv:]))
+        weight = torch.cat((keys @ weight[gv:], weight[:S], value_w))
+        bias = torch.cat((keys @ bias[gv:], bias[:S], value_b))
         # stored transposed (views): each round's addmm then needs no transpose of its own
         return weight.t(), bias, (self.gamma * self.out.weight).t(), self.gamma * self.out.bias
 
     def read_recomputed(self, u: torch.Tensor, carry: torch.Tensor | None, folded: tuple[torch.Tensor, ...]
                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """u + c, with c = gamma (W_o sum_s alpha_s N_s / sqrt(max(D_s, eps)) + b_o), for u (b, l, dim), in as
-        few kernels as the equations allow (a token of decoding pays per kernel); returns u + c (what LN_b
-        normalises) and the sums [N | D] (b, l, S, m+1). The same arithmetic as project -> prefix_sums ->
-        slot_weights -> read, regrouped."""
+        few operator calls as the equations allow (a token of decoding pays per call, views included);
+        returns u + c (what LN_b normalises) and the sums [N | D] (b, l, S, m+1). The same arithmetic as
+        project -> prefix_sums -> slot_weights -> read, regrouped."""
         weight_t, bias, out_weight_t, out_bias = folded
         S, m = self.slots, self.slot_dim
         b, n, d = u.shape
+        rows = b * n
         # 2-D matmuls (batch * length rows): a 3-D F.linear costs several more dispatches per call
-        flat_u = u.reshape(b * n, d)
-        x = F.layer_norm(flat_u, (d,), eps=self.write_norm.eps)
-        projected = torch.addmm(bias, x, weight_t)  # (b n, S + S (m+1) + S)
-        gate = torch.sigmoid(projected[:, :S]).unsqueeze(-1)  # (b n, S, 1)
+        flat_u = u.reshape(rows, d)
+        x = torch.layer_norm(flat_u, (d,), None, None, self.write_norm.eps)
+        logits, gates, values = torch.addmm(bias, x, weight_t).split((S, S, S * (m + 1)), 1)
+        gate = torch.sigmoid(gates).unsqueeze(-1)  # (b n, S, 1)
         # [v | 1] (see fold): one multiply by the gate gives [g v | g] (g * 1 is exact), no concatenation
-        value_one = torch.tanh(projected[:, S:S + S * (m + 1)]).view(b * n, S, m + 1)
+        value_one = torch.tanh(values).view(rows, S, m + 1)
         if n == 1 and carry is not None:  # one position: carry + g [v | 1] in one kernel
-            sums = torch.addcmul(carry, gate, value_one).view(b, n, S, m + 1)
+            flat = torch.addcmul(carry, gate, value_one)  # (b, S, m+1)
         else:
-            sums = (gate * value_one).view(b, n, S, m + 1)
+            flat = gate * value_one
             if n > 1:  # a running sum over one position is the position itself
-                sums = sums.cumsum(dim=1)
-            if carry is not None:
-                sums = sums + carry.unsqueeze(1)
-        flat = sums.view(b * n, S, m + 1)
-        weights = torch.softmax(projected[:, S + S * (m + 1):], dim=-1) * self.inverse_norm(flat)  # (b n, S)
+                flat = flat.view(b, n, S, m + 1).cumsum(dim=1)
+                if carry is not None:
+                    flat = flat + carry.unsqueeze(1)
+                flat = flat.view(rows, S, m + 1)
+            elif carry is not None:
+                flat = flat + carry
+        inverse_norm = flat[..., m].clamp_min(self.ws_eps)
+        if torch.is_grad_enabled():  # autograd keeps softmax's output: no in-place update of it
+            weights = torch.softmax(logits, dim=-1) * inverse_norm.rsqrt()  # (b n, S)
+        else:  # decoding: the same in place, two allocations fewer
+            weights = torch.softmax(logits, dim=-1).mul_(inverse_norm.rsqrt_())
         if n == 1:  # one position per row: a batched (1 x S) @ (S x m) product is one kernel
-            mixed = torch.bmm(weights.unsqueeze(1), flat[..., :-1]).squeeze(1)
+            mixed = torch.bmm(weights.unsqueeze(1), flat[..., :m]).view(rows, m)
         else:  # many positions: a broadcast multiply-sum is faster than b n tiny matmuls
-            mixed = (weights.unsqueeze(-1) * flat[..., :-1]).sum(dim=-2)
+            mixed = (weights.unsqueeze(-1) * flat[..., :m]).sum(dim=-2)
         # (u + b_o') + W_o' mixed accumulated in place: no bias copy and no separate residual add
-        return (flat_u + out_bias).addmm_(mixed, out_weight_t).view(b, n, d), sums
+        return (flat_u + out_bias).addmm_(mixed, out_weight_t).view(b, n, d), flat.view(b, n, S, m + 1)
 
     def project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(batch, length, dim) -> gates g (b, l, S), values v (b, l, S, m), query q (b, l, m)  (eqs. 3, 6)."""
@@ -443,10 +451,18 @@ class WorkspaceLoop(_Anchored):
         ws = self.workspace
         if state is None or torch.is_grad_enabled():
             return ws.fold()
-        key = tuple((id(p), p._version) for p in ws.parameters())
+        # the parameters' own dicts, not ws.parameters(): that generator walks the module tree each call
+        key = tuple((id(p), p._version) for module in self.workspace_modules() for p in module._parameters.values()
+                    if p is not None)
         if state.folded is None or state.folded[0] != key:
             state.folded = (key, ws.fold())
         return state.folded[1]
+
+    def workspace_modules(self) -> list[nn.Module]:
+        """The workspace's modules, listed once (the tree does not change after construction)."""
+        if "_workspace_modules" not in self.__dict__:
+            self.__dict__["_workspace_modules"] = list(self.workspace.modules())  # not a registered submodule
+        return self.__dict__["_workspace_modules"]
 
     @staticmethod
     def keep_sums(state: LoopState | None, r: int, sums: torch.Tensor) -> None:
