@@ -289,3 +289,24 @@ def test_the_folds_constant_value_row_reads_as_exactly_one(dtype):
         u = torch.randn(3, ws.write_norm.normalized_shape[0], dtype=dtype)
         values = torch.tanh(u @ weight_t + bias)[:, 2 * S:2 * S + S * (m + 1)].view(3, S, m + 1)
     assert torch.equal(values[..., -1], torch.ones(3, S, dtype=dtype))
+
+
+def test_decoding_clamps_the_gate_mass_until_every_slot_reaches_eps():
+    """Decoding skips eq. 4's max(D, eps) once every D of the running sums is >= eps (D never decreases);
+    with gates of 1e-7 each D crosses eps = 1e-6 only at the 10th token, and until then the clamp must hold."""
+    model = model_of("workspace").double().eval()
+    ws = model.workspace
+    with torch.no_grad():
+        ws.write.weight[:ws.slots].zero_()  # gate logits = bias only: g = sigmoid(b) = 1e-7 at every position
+        ws.write.bias[:ws.slots].fill_(math.log(1e-7 / (1 - 1e-7)))
+    tokens = torch.randint(0, 257, (1, 24))
+    state = model.init_state(1)
+    settled_at = None
+    with torch.no_grad():
+        full = model(tokens)
+        for t in range(tokens.shape[1]):
+            step = model.decode(tokens[:, t:t + 1], state)
+            torch.testing.assert_close(step[:, 0], full[:, t], rtol=1e-10, atol=1e-10)
+            if settled_at is None and all(state.mass_settled):
+                settled_at = t
+    assert settled_at is not None and 8 <= settled_at <= 10  # D = (t + 1) 1e-7 reaches 1e-6 at t = 9

@@ -71,6 +71,9 @@ class LoopConfig(LMConfig):
 class LoopState(DecodeState):
     caches: list[KVCache] = field(default_factory=list)  # shared block's KV cache, one per round
     sums: list[torch.Tensor | None] = field(default_factory=list)  # workspace (batch, S, m+1) per round
+    # per round: every gate mass D of the running sums is >= eps, so max(D, eps) = D at every later position
+    # (D only grows: each write adds g >= 0) and the read skips the clamp
+    mass_settled: list[bool] = field(default_factory=list)
     exit_threshold: float | None = None
     rounds_used: list[torch.Tensor] = field(default_factory=list)  # (batch, n) per decode call, with early exit
     # workspace rows, decoding without gradients: Workspace.fold() and the parameter versions it was made from
@@ -150,12 +153,13 @@ class Workspace(nn.Module):
         # stored transposed (views): each round's addmm then needs no transpose of its own
         return weight.t(), bias, (self.gamma * self.out.weight).t(), self.gamma * self.out.bias
 
-    def read_recomputed(self, u: torch.Tensor, carry: torch.Tensor | None, folded: tuple[torch.Tensor, ...]
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_recomputed(self, u: torch.Tensor, carry: torch.Tensor | None, folded: tuple[torch.Tensor, ...],
+                        mass_settled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """u + c, with c = gamma (W_o sum_s alpha_s N_s / sqrt(max(D_s, eps)) + b_o), for u (b, l, dim), in as
         few operator calls as the equations allow (a token of decoding pays per call, views included);
         returns u + c (what LN_b normalises) and the sums [N | D] (b, l, S, m+1). The same arithmetic as
-        project -> prefix_sums -> slot_weights -> read, regrouped."""
+        project -> prefix_sums -> slot_weights -> read, regrouped. `mass_settled`: the carry's every D is
+        already >= eps, so no D of this call can be below it and the clamp is skipped (decoding)."""
         weight_t, bias, out_weight_t, out_bias = folded
         S, m = self.slots, self.slot_dim
         b, n, d = u.shape
@@ -178,11 +182,15 @@ class Workspace(nn.Module):
                 flat = flat.view(rows, S, m + 1)
             elif carry is not None:
                 flat = flat + carry
-        inverse_norm = flat[..., m].clamp_min(self.ws_eps)
+        mass = flat[..., m]  # D (b n, S), a view of the sums
+        if mass_settled and carry is not None:
+            inverse_norm = mass.rsqrt()
+        else:
+            inverse_norm = mass.clamp_min(self.ws_eps).rsqrt_()  # in place on the clamp's own output
         if torch.is_grad_enabled():  # autograd keeps softmax's output: no in-place update of it
-            weights = torch.softmax(logits, dim=-1) * inverse_norm.rsqrt()  # (b n, S)
-        else:  # decoding: the same in place, two allocations fewer
-            weights = torch.softmax(logits, dim=-1).mul_(inverse_norm.rsqrt_())
+            weights = torch.softmax(logits, dim=-1) * inverse_norm  # (b n, S)
+        else:  # decoding: the same in place, one allocation fewer
+            weights = torch.softmax(logits, dim=-1).mul_(inverse_norm)
         if n == 1:  # one position per row: a batched (1 x S) @ (S x m) product is one kernel
             mixed = torch.bmm(weights.unsqueeze(1), flat[..., :m]).view(rows, m)
         else:  # many positions: a broadcast multiply-sum is faster than b n tiny matmuls
@@ -333,7 +341,7 @@ class LoopedLM(CausalLM):
         rounds = self.resolve_rounds(rounds)
         caches = [self.block.attn.new_cache(batch, self.config.context_length) for _ in range(rounds)]
         return LoopState(batch=batch, rounds=rounds, caches=caches, sums=[None] * rounds,
-                         exit_threshold=exit_threshold)
+                         mass_settled=[False] * rounds, exit_threshold=exit_threshold)
 
     def decode(self, tokens: torch.Tensor, state: LoopState) -> torch.Tensor:
         self.check_tokens(tokens, start=state.position)
@@ -430,8 +438,11 @@ class WorkspaceLoop(_Anchored):
         if not self.retain:  # sum_s alpha_s N_s / sqrt(D_s) without materialising M~
             if "folded" not in aux:  # once per call: every round shares it
                 aux["folded"] = self.fold_for(state)
-            combined, sums = ws.read_recomputed(u, carry, aux["folded"])  # u + c
+            settled = state is not None and state.mass_settled[r]
+            combined, sums = ws.read_recomputed(u, carry, aux["folded"], mass_settled=settled)  # u + c
             self.keep_sums(state, r, sums)
+            if state is not None and not settled and state.sums[r] is not None:  # one check until it holds
+                state.mass_settled[r] = bool((state.sums[r][..., -1] >= ws.ws_eps).all())
             return ws.combine_norm(combined)
         gate, value, query = ws.project(u)
         sums = ws.prefix_sums(gate, value, carry)
