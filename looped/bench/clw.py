@@ -110,7 +110,8 @@ def run_clw_decode_bench(context: int = 512, prompt: int = 64, threads: int | No
 NON_KERNEL_OPS = {"view", "as_strided", "slice", "select", "t", "transpose", "unsqueeze", "squeeze", "expand",
                   "reshape", "resolve_conj", "_unsafe_view", "unflatten", "empty", "empty_strided", "detach",
                   "alias", "permute", "split", "chunk", "unbind", "contiguous", "linear", "matmul", "layer_norm",
-                  "softmax", "to", "_to_copy", "scaled_dot_product_attention", "lift_fresh"}
+                  "softmax", "to", "_to_copy", "scaled_dot_product_attention", "lift_fresh", "split_with_sizes",
+                  "narrow", "empty_like"}
 
 
 def decode_kernel_counts(model, tokens: torch.Tensor, prompt: int, steps: int = 16) -> dict:
