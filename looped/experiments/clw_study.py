@@ -22,11 +22,12 @@ from ..train import checkpoint as ckpt
 from ..train.config import one_budget
 from . import clw
 from . import results as runner
+from .clw_claims import write_clw_claims
 from .results import (ResultTable, add_study_options, check_names, format_mean_sd, mean_sd, pending_runs,
                       status_report, study_folders)
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
-           "heldout_targets", "train_seconds", "updates", "status"]
+           "heldout_targets", "train_seconds", "updates", "status", "machine"]
 ROUND_COLUMNS = ["corpus", "row", "seed", "rounds", "nll", "bits_per_byte"]
 EXIT_COLUMNS = ["corpus", "row", "seed", "threshold", "nll", "bits_per_byte", "mean_rounds_used"]
 POSITION_COLUMNS = ["corpus", "row", "seed", "first", "last", "nll", "bits_per_byte"]
@@ -108,7 +109,8 @@ class ClwStudy:
             early_exit_sweep(model, blocks, unit, key, self.exits)
 
     def report(self) -> None:
-        write_report(self.out, self.results, self.by_rounds, self.exits, self.positions)
+        write_report(self.out, self.results, self.by_rounds, self.exits, self.positions,
+                     scale=self.scale if self.scale == "cpu" else self.budget)
 
 
 def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_cpu"), *, seeds=clw.SEEDS,
@@ -175,11 +177,12 @@ def _updates(folder: Path) -> int:
 
 # --- report -----------------------------------------------------------------------------------------------
 def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable,
-                 positions: ResultTable) -> None:
+                 positions: ResultTable, scale: str = "cpu") -> None:
     for table in (results, by_rounds, exits, positions):
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "table.md", table_markdown(results, exits, positions))
+    write_clw_claims(out, scale)
     if results.rows:
         plot_nll(results, out / "nll.png")
     if by_rounds.rows:
@@ -393,6 +396,10 @@ def reproduce(args: argparse.Namespace) -> int:
     if args.status:
         print(status_report(results_table(out), plan_runs(seeds=seeds, corpora=corpora, rows=rows),
                             f"clw {args.scale}"), end="")
+        return 0
+    if args.report:
+        ClwStudy(out, runs, scale=args.scale, budget=args.budget).report()
+        print((out / "claims.md").read_text())
         return 0
     run_study(out, runs, seeds=seeds, corpora=corpora, rows=rows,
               overrides=parse_overrides(args.set), progress=not args.no_progress, scale=args.scale,

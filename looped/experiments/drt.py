@@ -166,3 +166,8 @@ def write_configs(root: Path = Path("configs/drt")) -> list[Path]:
             path.write_text(header + yaml.safe_dump(config, sort_keys=False))
             written.append(path)
     return written
+
+
+def run_name(task: str, arch: str, alpha: float, seed: int) -> str:
+    """A run's folder and grid-file name: graph_drt_a0.1_seed42 (no alpha part for alpha 0)."""
+    return f"{task}_{arch}" + (f"_a{alpha:g}" if alpha else "") + f"_seed{seed}"

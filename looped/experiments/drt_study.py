@@ -36,20 +36,18 @@ from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from ..train.run_folder import read_metrics
 from . import drt, drt_shortcuts
+from .drt import run_name
 from . import results as runner
+from .drt_claims import write_drt_claims
 from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
-           "diagnostic_max_change", "mean_ponder_ood", "cross_id_accuracy", "cross_ood_accuracy", "status"]
+           "diagnostic_max_change", "mean_ponder_ood", "cross_id_accuracy", "cross_ood_accuracy", "status", "machine"]
 KEY = ["task", "arch", "alpha", "seed"]
 GATE_COLUMNS = [*KEY, "step", "gate_mean"]
 DIAGNOSTIC_COLUMNS = [*KEY, "variant", "accuracy", "change", "budgets", "rows"]
 ALPHA_SWEEP = (0.0, 0.1, 0.5, 1.0)
-
-
-def run_name(task: str, arch: str, alpha: float, seed: int) -> str:
-    return f"{task}_{arch}" + (f"_a{alpha:g}" if alpha else "") + f"_seed{seed}"
 
 
 def per_bucket_subset(rows, per_bucket: int | None):
@@ -409,6 +407,7 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "table.md", table_markdown(results, scale, drt_shortcuts.table(out)))
+    write_drt_claims(out, scale)
     for task, arch, alpha in _groups(results):
         rows = _ok(results, task=task, arch=arch, alpha=alpha)
         grids = [AccuracyGrid.read_csv(p) for r in rows
@@ -465,6 +464,10 @@ def reproduce(args: argparse.Namespace) -> int:
     if args.status:
         plan = [key for key, _ in plan_runs(**selection)]
         print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
+        return 0
+    if args.report:
+        DrtStudy(out, runs, scale=args.scale).report()
+        print((out / "claims.md").read_text())
         return 0
     per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None
     run_study(out, runs, **selection, progress=not args.no_progress,

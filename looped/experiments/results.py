@@ -58,7 +58,10 @@ class ResultTable:
         self.add_many([row])
 
     def add_many(self, rows: list[dict]) -> None:
-        """Add rows (each replacing any row with its key) in one locked read-modify-write of the file."""
+        """Add rows (each replacing any row with its key) in one locked read-modify-write of the file. A table
+        with a `machine` column records what each new row ran on (rows written before it existed keep "")."""
+        if "machine" in self.columns:
+            rows = [{"machine": machine(), **row} for row in rows]
         keys = {tuple(str(row[k]) for k in self.key) for row in rows}
         with exclusive_lock(self.path.parent / f".{self.path.name}.lock"):
             self.reload()
@@ -73,6 +76,26 @@ class ResultTable:
         writer.writeheader()
         writer.writerows(self.rows)
         atomic_write_text(self.path, buffer.getvalue())
+
+
+def machine() -> str:
+    """What a result row ran on, e.g. "Intel(R) Xeon(R) Processor; 1 thread; torch 2.13.0+cpu": a rerun on
+    another machine may differ by a point or two (different kernels and reduction orders)."""
+    import platform
+
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else _cpu_model() or platform.machine()
+    threads = torch.get_num_threads()
+    return f"{device}; {threads} thread{'s' if threads != 1 else ''}; torch {torch.__version__}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 @contextlib.contextmanager
@@ -204,6 +227,8 @@ def add_study_options(parser, paper: str) -> None:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--status", action="store_true",
                         help="list the planned runs as done / failed / to do and exit (trains nothing)")
+    parser.add_argument("--report", action="store_true",
+                        help="rewrite the tables, plots and claims.md from the committed CSVs and exit (trains nothing)")
     parser.add_argument("--stop-after", type=float, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -27,11 +27,12 @@ from ..train.config import one_budget
 from ..train.run_folder import read_metrics
 from . import rlt
 from . import results as runner
+from .rlt_claims import write_rlt_claims
 from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
-           "eval_seconds", "status"]
+           "eval_seconds", "status", "machine"]
 LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss", "shuffled_feedback_accuracy"]
 
 
@@ -224,6 +225,7 @@ def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: s
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
+    write_rlt_claims(out, scale)
     tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
     labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
     for task in tasks:
@@ -288,6 +290,10 @@ def reproduce(args: argparse.Namespace) -> int:
     selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(tasks), rows=tuple(rows))
     if args.status:
         print(status_report(results_table(out), plan_runs(**selection), f"rlt {args.scale}"), end="")
+        return 0
+    if args.report:
+        RltStudy(out, runs, scale=args.scale).report()
+        print((out / "claims.md").read_text())
         return 0
     run_study(out, runs, scale=args.scale, **selection,
               overrides=parse_overrides(args.set), progress=not args.no_progress, stop_after=args.stop_after)

@@ -1,0 +1,126 @@
+"""Claims tables (issue 27): the verdict rules, and every committed table regenerates byte-identically."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from looped.experiments import clw_study, drt_shortcuts, drt_study, rlt_study
+from looped.experiments.claims import Claim, ahead, at_least, at_most, claims_markdown, machines_line
+from looped.experiments.clw_claims import clw_claims_document
+from looped.experiments.drt_claims import drt_claims_document
+from looped.experiments.results import ResultTable, machine
+from looped.experiments.rlt_claims import rlt_claims_document
+from looped.experiments.summary import rewrite_readme, summary_block
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results"
+
+
+# --- the rules -------------------------------------------------------------------------------------------------
+def test_a_lower_bound_is_yes_only_when_mean_minus_sd_clears_it_over_three_seeds():
+    assert at_least("x", [90.0, 92.0, 94.0], 80.0).verdict == "yes"
+    assert at_least("x", [100.0, 100.0, 51.5], 75.0).verdict == "partly"  # mean 83.8 clears, mean - SD does not
+    assert at_least("x", [95.0, 96.0], 80.0).verdict == "partly"  # two seeds are not enough for "yes"
+    assert at_least("x", [60.0, 61.0, 62.0], 80.0).verdict == "no"
+    assert at_least("x", [], 80.0).verdict == "not run"
+
+
+def test_an_upper_bound_uses_mean_plus_sd():
+    assert at_most("x", [50.0, 51.0, 49.0], 60.0).verdict == "yes"
+    assert at_most("x", [50.0, 51.0, 79.0], 60.0).verdict == "partly"
+    assert at_most("x", [70.0, 71.0, 72.0], 60.0).verdict == "no"
+
+
+def test_ahead_needs_non_overlapping_intervals_and_respects_direction():
+    low, high = ("a", [1.0, 1.1, 0.9]), ("b", [2.0, 2.1, 1.9])
+    assert ahead(high, low).verdict == "yes"
+    assert ahead(low, high).verdict == "no"
+    assert ahead(low, high, higher_is_better=False).verdict == "yes"  # bits/byte: lower wins
+    assert ahead(("a", [1.0, 3.0, 2.0]), ("b", [1.5, 1.6, 1.4])).verdict == "partly"  # means in order, overlap
+    assert ahead(("a", []), high).verdict == "not run"
+
+
+def test_a_claim_takes_its_worst_condition_and_the_table_counts_verdicts():
+    claim = Claim("s", "p", "sel", lambda: [at_least("x", [90.0, 91.0, 92.0], 80.0),
+                                            at_most("y", [70.0, 71.0, 72.0], 60.0)])
+    assert claim.evidence()[1] == "no"
+    text = claims_markdown("T", "intro", [claim])
+    assert "| s | p | x 91.0 ± 1.0 (n=3); y 71.0 ± 1.0 (n=3) | **no** |" in text
+    assert "Summary: 0 yes, 0 partly, 1 no, 0 not run." in text
+
+
+def test_a_rerun_moving_one_seed_by_a_point_does_not_flip_a_yes_with_margin():
+    """The knife-edge requirement: parity's RLT-1 at 64 bits is 100/100/100 here; another machine gave 98.7."""
+    assert at_least("x", [100.0, 100.0, 100.0], 75.0).verdict == at_least("x", [98.7, 100.0, 100.0], 75.0).verdict
+
+
+def test_new_result_rows_record_the_machine_and_old_rows_load(tmp_path):
+    path = tmp_path / "results.csv"
+    path.write_text("task,seed,status\nparity,42,ok\n")  # a CSV written before the machine column
+    table = ResultTable(path, ["task", "seed", "status", "machine"], ["task", "seed"])
+    table.add({"task": "parity", "seed": 43, "status": "ok"})
+    rows = list(csv.DictReader(open(path)))
+    assert [r["machine"] for r in rows] == ["", machine()]
+    assert "torch " in machine() and "thread" in machine()
+    assert machines_line(rows).startswith("Rows ran on: unrecorded")
+
+
+# --- the committed tables ----------------------------------------------------------------------------------------
+def _committed(study: str) -> Path:
+    folder = RESULTS / f"{study}_cpu"
+    if not (folder / "results.csv").exists():
+        pytest.skip(f"no committed {folder}")
+    return folder
+
+
+def _tables(study: str, folder: Path) -> dict[str, str]:
+    """table.md and claims.md as the study's report would write them from `folder`'s CSVs (no plots)."""
+    if study == "clw":
+        t = clw_study.ClwStudy(folder, folder / "runs")
+        table = clw_study.table_markdown(t.results, t.exits, t.positions)
+    elif study == "drt":
+        t = drt_study.DrtStudy(folder, folder / "runs")
+        table = drt_study.table_markdown(t.results, "cpu", drt_shortcuts.table(folder))
+    else:
+        t = rlt_study.RltStudy(folder, folder / "runs")
+        table = rlt_study.table_markdown(t.results, t.lengths, "cpu")
+    document = {"clw": clw_claims_document, "drt": drt_claims_document, "rlt": rlt_claims_document}[study]
+    return {"table.md": table, "claims.md": document(folder, "cpu")}
+
+
+@pytest.mark.parametrize("study", ["clw", "drt", "rlt"])
+def test_every_committed_table_regenerates_from_the_committed_csvs(study):
+    folder = _committed(study)
+    for name, text in _tables(study, folder).items():
+        assert (folder / name).read_text() == text, f"{folder / name} is stale: `looped reproduce {study} --report`"
+
+
+def test_the_readme_claims_summary_is_generated_from_the_csvs(tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    assert not rewrite_readme(readme, RESULTS), "README's claims summary is stale: python -m looped.experiments.summary"
+    assert summary_block(RESULTS) in readme.read_text()
+
+
+def test_report_option_rewrites_tables_and_claims_without_training(tmp_path, capsys):
+    from looped.cli import main
+
+    folder = _committed("rlt")
+    out = tmp_path / "rlt"
+    out.mkdir()
+    for name in ("results.csv", "lengths.csv"):  # parity only: a small report
+        with open(folder / name, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["task"] == "parity"]
+        with open(out / name, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+    assert main(["reproduce", "rlt", "--report", "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
+    assert "Parity: RLT-1 generalizes" in capsys.readouterr().out
+    assert (out / "table.md").exists() and (out / "parity.png").exists()
+    assert "| Parity to 256 bits" in (out / "claims.md").read_text()
+    assert not (tmp_path / "runs").exists()  # nothing trained
