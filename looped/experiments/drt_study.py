@@ -150,19 +150,21 @@ def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets,
 
 
 def plan_runs(*, scale: str = "cpu", tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,),
-              overrides: dict | None = None, log=lambda message: None) -> list[tuple[dict, RunConfig]]:
-    """The study's runs in the order it trains them (task, arch, alpha (graph only), seed), each with its
-    config; pairs that do not exist (the GNN on a sequence task) are left out, and logged."""
+              overrides: dict | None = None, groups=None, log=lambda message: None) -> list[tuple[dict, RunConfig]]:
+    """The study's runs in the order it trains them, each with its config: `groups` of (task, arch, alpha,
+    seeds) as given (drt.CPU_PLAN), else every (task, arch, alpha (graph only), seed). Pairs that do not exist
+    (the GNN on a sequence task) are left out, and logged."""
+    if groups is None:
+        groups = [(task, arch, alpha, seeds) for task in tasks for arch in archs
+                  for alpha in (alphas if task == "graph" else (0.0,))]
     plan = []
-    for task in tasks:
-        for arch in archs:
-            for alpha in (alphas if task == "graph" else (0.0,)):
-                for seed in seeds:
-                    key = {"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}  # CSV text
-                    try:
-                        plan.append((key, drt.run_config(task, scale, arch, seed, float(alpha), overrides)))
-                    except ConfigError as err:
-                        log(f"== drt {scale}: {run_name(task, arch, float(alpha), seed)} skipped ({err})")
+    for task, arch, alpha, group_seeds in groups:
+        for seed in group_seeds:
+            key = {"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}  # CSV text
+            try:
+                plan.append((key, drt.run_config(task, scale, arch, seed, float(alpha), overrides)))
+            except ConfigError as err:
+                log(f"== drt {scale}: {run_name(task, arch, float(alpha), seed)} skipped ({err})")
     return plan
 
 
@@ -171,10 +173,11 @@ class DrtStudy:
     its test grid, by the other negative generator (graph), and by the depth-embedding diagnostic (the core)."""
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", tasks=drt.PAPER_TASKS, archs=("drt",),
-                 seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
+                 seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None, groups=None,
                  diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256):
         self.out, self.runs, self.scale = Path(out), Path(runs), scale
-        self.selection = dict(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides)
+        self.selection = dict(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides,
+                              groups=groups)
         self.per_bucket, self.batch_size = diagnostic_per_bucket, eval_batch_size
         self.results = ResultTable(self.out / "results.csv", COLUMNS, KEY)
         self.gates = ResultTable(self.out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
@@ -246,13 +249,13 @@ def result_row(key: dict, r: dict, seconds: float, cross: dict) -> dict:
 
 def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
               tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
-              diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256,
+              groups=None, diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256,
               progress: bool = True, stop_after: float | None = None, shortcuts_only: bool = False,
               log=print) -> ResultTable:
     """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv (with
     `shortcuts_only`: only the family recipes' shortcut baselines, then the report; nothing is trained)."""
     study = DrtStudy(out, runs, scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas,
-                     overrides=overrides, diagnostic_per_bucket=diagnostic_per_bucket, eval_batch_size=eval_batch_size)
+                     overrides=overrides, groups=groups, diagnostic_per_bucket=diagnostic_per_bucket, eval_batch_size=eval_batch_size)
     if shortcuts_only:
         study.record_shortcuts(study.plan(log), log)
         study.report()
@@ -436,8 +439,11 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `looped reproduce drt`: the shared study options, then the recipes, architectures and
     intermediate-supervision weights."""
     add_study_options(parser, "drt")
+    parser.description = (f"{parser.description or ''} With none of --tasks / --archs / --alphas / --seeds, "
+                          "--scale cpu runs the whole CPU plan (drt.CPU_PLAN: the core on the three tasks, "
+                          "drt_tied and the core on 5 graph seeds, every baseline and the alpha sweep on 3).")
     parser.add_argument("--tasks", nargs="+", help=f"{' '.join(drt.TASKS)} (default: the paper's "
-                                                   f"{' '.join(drt.PAPER_TASKS)})")
+                                                   f"{' '.join(drt.PAPER_TASKS)}, or the CPU plan)")
     parser.add_argument("--archs", nargs="+", help="reasoning architectures (default: drt; also drt_tied ut_act "
                                                    "fixed_transformer gnn)")
     parser.add_argument("--shortcuts-only", action="store_true",
@@ -461,6 +467,9 @@ def reproduce(args: argparse.Namespace) -> int:
     out, runs = study_folders(args.out, args.runs, f"drt_{args.scale}")
     selection = dict(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs), seeds=tuple(args.seeds or drt.SEEDS),
                      alphas=tuple(alphas), overrides=parse_overrides(args.set))
+    chosen = args.tasks or args.archs or args.alphas or args.seeds
+    if args.scale == "cpu" and not chosen:  # the whole CPU plan: every claim's rows with matched seeds
+        selection["groups"] = drt.CPU_PLAN
     if args.status:
         plan = [key for key, _ in plan_runs(**selection)]
         print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")

@@ -54,7 +54,18 @@ ROWS: dict[str, tuple[str, dict]] = {
 }
 STUDY_ROWS = ("rlt1", "chunk4", "rlt0", "baseline", "lstm")  # Fig. 8's rows + a recurrent calibration row
 FULL_ROWS = tuple(r for r in ROWS if r != "lstm")  # the calibration row is a CPU-scale addition
-CPU_ONLY_ROWS = {"lstm": ("LSTM", {"arch": "lstm", "dim": 160})}
+# CPU-scale rows at the CPU shape as given (not halved): the LSTM calibration row, and the other encoder+decoder
+# splits of the CPU's total depth 4 (2+2 is rlt1 / chunk4), for the claim that swaps-S5 improves with decoder
+# depth (Fig. 6: 4+4 > 5+3 > 6+2); run on DEPTH_TASKS only
+CPU_ONLY_ROWS = {
+    "lstm": ("LSTM", {"arch": "lstm", "dim": 160}),
+    **{f"{row}_{e}p{4 - e}": (label, {"arch": "rlt", "encoder_layers": e, "decoder_layers": 4 - e,
+                                      "feedback_interval": interval})
+       for row, label, interval in (("rlt1", "RLT-1", 1), ("chunk4", "RLT-2 chunk4", 4)) for e in (3, 1)},
+}
+DEPTH_ROWS = ("rlt1_3p1", "rlt1_1p3", "chunk4_3p1", "chunk4_1p3")
+DEPTH_TASKS = ("s5_swaps",)
+PLAN_ROWS = STUDY_ROWS + DEPTH_ROWS  # the CPU study's rows (the depth rows on DEPTH_TASKS only)
 
 # --- tasks ------------------------------------------------------------------------------------------------
 # name -> task section; the study's order: parity and swaps-S5 first, then mod-5 and addition
@@ -66,7 +77,7 @@ TASKS: dict[str, dict] = {
     "addition": {"name": "addition"},
     "s5_standard": {"name": "s5", "variant": "standard"},
 }
-STUDY_TASKS = ("parity", "s5_swaps", "mod5_flat", "mod5_bracketed", "addition")
+STUDY_TASKS = ("parity", "s5_swaps", "mod5_flat", "mod5_bracketed", "addition", "s5_standard")
 SEEDS = (42, 43, 44)
 FULL_STEPS = {"mod5_flat": 5000, "mod5_bracketed": 5000}  # others 2,000
 CPU_STEPS = {"parity": 4500, "s5_swaps": 4500, "s5_standard": 4500, "mod5_flat": 8000, "mod5_bracketed": 8000,
@@ -121,6 +132,8 @@ CPU_CHANGES = [
     "24 % at 39 symbols (results/rlt_cpu/mod5_probes.md)",
     "an extra row, a one-layer LSTM (width 160, 250,560 parameters): is the task learnable at this budget by "
     "a model that carries its state token by token?",
+    "decoder depth (swaps-S5 only): RLT-1 and chunk4 also at 3+1 and 1+3, the total depth 4 of the CPU shape "
+    "(paper: 4+4, 5+3, 6+2 at depth 8)",
     "one CPU thread per run (paper: four)",
 ]
 
@@ -129,8 +142,9 @@ def model_section(row: str, scale: str) -> dict:
     """Model fields of a row at a scale ("full" | "cpu")."""
     if row in CPU_ONLY_ROWS:
         if scale != "cpu":
-            raise ValueError(f"row {row!r} is a CPU-scale calibration row only")
-        return dict(CPU_ONLY_ROWS[row][1])
+            raise ValueError(f"row {row!r} is a CPU-scale row only")
+        fields = dict(CPU_ONLY_ROWS[row][1])
+        return fields if fields["arch"] == "lstm" else {"arch": fields.pop("arch"), **CPU_SHAPE, **fields}
     if row not in ROWS:
         raise ValueError(f"unknown row {row!r} (known: {', '.join([*ROWS, *CPU_ONLY_ROWS])})")
     fields = dict(ROWS[row][1])
@@ -151,7 +165,9 @@ def model_section(row: str, scale: str) -> dict:
 def row_label(row: str, scale: str) -> str:
     """e.g. "RLT-1 4+4" (full) / "RLT-1 2+2" (cpu), "Transformer 8" / "Transformer 4", "LSTM 1"."""
     if row in CPU_ONLY_ROWS:
-        return f"{CPU_ONLY_ROWS[row][0]} 1"
+        fields = CPU_ONLY_ROWS[row][1]
+        depth = f"{fields['encoder_layers']}+{fields['decoder_layers']}" if "encoder_layers" in fields else "1"
+        return f"{CPU_ONLY_ROWS[row][0]} {depth}"
     if row not in ROWS:
         return row
     try:
@@ -185,7 +201,7 @@ def write_recipes(root: Path = Path("configs/rlt")) -> list[Path]:
     written = []
     for scale, rows in (("full", FULL_ROWS), ("cpu", STUDY_ROWS)):
         for task in TASKS:
-            for row in rows:
+            for row in (*rows, *(DEPTH_ROWS if scale == "cpu" and task in DEPTH_TASKS else ())):
                 config = run_config_dict(task, row, scale)
                 steps, batch = config["train"]["max_steps"], config["train"]["batch_size"]
                 where = ("the paper's recipe (GPU)" if scale == "full" else
@@ -249,6 +265,7 @@ TABLE_LENGTHS = {"parity": (40, 64, 256), "s5_swaps": (32, 64, 128, 256, 512), "
                  "mod5_bracketed": (40, 64, 256), "addition": (9, 16, 32), "s5_standard": (32, 64, 512)}
 
 
-__all__ = ["CPU_CHANGES", "CPU_FEEDBACK_OVERRIDES", "CPU_ONLY_ROWS", "CPU_RECIPE", "CPU_TASK_OVERRIDES", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PRIMARY_METRIC", "ROWS", "SEEDS",
+__all__ = ["CPU_CHANGES", "CPU_FEEDBACK_OVERRIDES", "CPU_ONLY_ROWS", "CPU_RECIPE", "CPU_TASK_OVERRIDES", "DEPTH_ROWS",
+           "DEPTH_TASKS", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PLAN_ROWS", "PRIMARY_METRIC", "ROWS", "SEEDS",
            "STUDY_ROWS", "STUDY_TASKS", "TABLE_LENGTHS", "TASKS", "model_section", "row_label", "run_config_dict",
            "write_recipes"]

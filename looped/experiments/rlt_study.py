@@ -46,9 +46,11 @@ def results_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"])
 
 
-def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS) -> list[dict]:
-    """The study's runs in the order it trains them: task, then seed, then row."""
-    return [{"task": t, "seed": s, "row": r} for t in tasks for s in seeds for r in rows]
+def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.PLAN_ROWS) -> list[dict]:
+    """The study's runs in the order it trains them: task, then seed, then row. The decoder-depth rows run on
+    rlt.DEPTH_TASKS only."""
+    return [{"task": t, "seed": s, "row": r} for t in tasks for s in seeds for r in rows
+            if r not in rlt.DEPTH_ROWS or t in rlt.DEPTH_TASKS]
 
 
 class RltStudy:
@@ -56,7 +58,7 @@ class RltStudy:
     task's test-length grid from the best checkpoint (and with shuffled feedback where it has a register)."""
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS,
-                 rows=rlt.STUDY_ROWS, overrides: dict | None = None, test_size: int | None = None,
+                 rows=rlt.PLAN_ROWS, overrides: dict | None = None, test_size: int | None = None,
                  test_lengths: dict[str, list[int]] | None = None, eval_batch_size: int = 256):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides
         self.selection = dict(seeds=seeds, tasks=tasks, rows=rows)
@@ -110,7 +112,7 @@ class RltStudy:
 
 
 def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_cpu"), *, scale: str = "cpu",
-              seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.STUDY_ROWS, overrides: dict | None = None,
+              seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.PLAN_ROWS, overrides: dict | None = None,
               test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
               eval_batch_size: int = 256, progress: bool = True, stop_after: float | None = None,
               log=print) -> ResultTable:
@@ -174,9 +176,9 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
         shown = rlt.TABLE_LENGTHS.get(task, ())
         ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
         lines += [f"## {task} ({metric.replace('_', ' ')})", "",
-                  "| row | parameters | s/update (incl. validation) | best step | ID validation | "
-                  + " | ".join(f"{n} | paper {n}" for n in shown) + f" | {ablated}, shuffled feedback |",
-                  "|---|---:|---:|---:|---:|" + "---:|---:|" * len(shown) + "---:|"]
+                  "| row | parameters | s/update (incl. validation) | minutes per run (median) | best step | "
+                  "ID validation | " + " | ".join(f"{n} | paper {n}" for n in shown) + f" | {ablated}, shuffled feedback |",
+                  "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(shown) + "---:|"]
         for row in rows:
             runs = [r for r in finished if r["task"] == task and r["row"] == row]
             failed = [r for r in results.rows if r["task"] == task and r["row"] == row and r not in runs]
@@ -188,6 +190,7 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
                      ", ".join(sorted({f"{int(r['parameters']):,}" for r in runs})) or "–",
                      format_mean_sd([float(r["seconds_per_update"]) for r in runs if r["seconds_per_update"]], 2)
                      if any(r["seconds_per_update"] for r in runs) else "–",
+                     _minutes([r["train_seconds"] for r in runs]),
                      ", ".join(str(r["best_step"]) for r in runs) or "–",
                      _pct([r[val_column] for r in runs if r[val_column]])]
             for n in shown:
@@ -206,6 +209,14 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
                       + ", ".join(f"{rlt.row_label(row, scale)} {value}" for row, value in prefix.items())]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _minutes(seconds: list) -> str:
+    """Median training wall time of a row's runs in minutes (a resumed run counts its last process only)."""
+    import statistics
+
+    minutes = [float(s) / 60 for s in seconds if s not in ("", None) and float(s) > 0]
+    return f"{statistics.median(minutes):.1f}" if minutes else "–"
 
 
 def _pct(values: list) -> str:
@@ -279,13 +290,14 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `looped reproduce rlt`: the shared study options, the tasks and the rows."""
     add_study_options(parser, "rlt")
     parser.add_argument("--tasks", nargs="+", help=f"{' '.join(rlt.TASKS)} (default: {' '.join(rlt.STUDY_TASKS)})")
-    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(rlt.STUDY_ROWS)}")
+    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(rlt.PLAN_ROWS)} "
+                                                  f"({', '.join(rlt.DEPTH_ROWS)} on {', '.join(rlt.DEPTH_TASKS)} only)")
 
 
 def reproduce(args: argparse.Namespace) -> int:
     """`looped reproduce rlt ...`: run the study (or list its status), print the table."""
     tasks = check_names("--tasks", args.tasks, tuple(rlt.TASKS), {"s5": "s5_standard"}) or rlt.STUDY_TASKS
-    rows = check_names("--rows", args.rows, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)) or rlt.STUDY_ROWS
+    rows = check_names("--rows", args.rows, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)) or rlt.PLAN_ROWS
     out, runs = study_folders(args.out, args.runs, f"rlt_{args.scale}")
     selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(tasks), rows=tuple(rows))
     if args.status:
