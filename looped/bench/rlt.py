@@ -347,7 +347,7 @@ def main(args: argparse.Namespace) -> int:
     rows = result["rows"]
     longest, widest = str(max(args.prefill_lengths)), str(max(args.contexts))
     print_table(["row", "parameters", "step (s)", "x RLT-0", f"prefill {longest} (ms)", f"gen @{widest} (ms/token)",
-                 "peak step (MB)", "saved for backward (MB)"],
+                 "peak step (MiB)", "saved for backward (MiB)"],
                 [[name, f"{r['parameters']:,}", f"{r['train_step']['median_s']:.3f}", f"{r['train_over_rlt0']:.2f}",
                   f"{1e3 * r['prefill_s'][longest]:.1f}", f"{1e3 * r['generation_s_per_token'][widest]:.2f}",
                   f"{r['memory']['peak_step_bytes'] / 2**20:.1f}",
