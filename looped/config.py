@@ -70,6 +70,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: {value!r} is not one of {list(get_args(tp))}")
         return value
     if origin in (list, tuple):
+        if isinstance(value, (str, int, float, bool)):  # `--set data.heldout_paths=x.txt`: a list of one
+            value = [value]
+        if value is None:  # `--set data.heldout_paths=` (null): no items
+            value = []
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         (item_tp, *_) = get_args(tp) or (Any,)
@@ -139,13 +143,15 @@ def to_dict(obj: Any) -> Any:
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """["train.lr=3e-4", "model.dim=64"] -> nested dict; values parsed as YAML scalars."""
+    """["train.lr=3e-4", "model.dim=64"] -> nested dict; values parsed as YAML scalars.
+
+    An empty value (`data.path=`) means null, i.e. "unset this key", as a YAML `key:` line does."""
     tree: dict = {}
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r}: expected key.sub=value")
         dotted, raw = pair.split("=", 1)
-        value = load_yaml_text(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else None
         node = tree
         *parents, leaf = dotted.strip().split(".")
         for part in parents:

@@ -40,6 +40,8 @@ def test_overrides_parse_yaml_scalars():
 
 def test_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"^optim\.betas: expected a list"):
+        load_run_config(base=QUICKSTART, overrides=["optim.betas={a: 1}"])
+    with pytest.raises(ConfigError, match=r"^optim\.betas must be two numbers"):  # a scalar is a list of one
         load_run_config(base=QUICKSTART, overrides=["optim.betas=0.9"])
     with pytest.raises(ConfigError, match=r"^train\.max_steps / train\.max_targets"):
         load_run_config(base=QUICKSTART, overrides=["train.max_targets=100", "train.max_steps=5"])
@@ -49,3 +51,17 @@ def test_errors_name_the_key():
         load_run_config(base=QUICKSTART, overrides=["train.precision=fp16"])
     with pytest.raises(ConfigError, match=r"^model\.context_length"):
         load_run_config(base=QUICKSTART, overrides=["model.context_length=100"])
+
+
+def test_a_scalar_sets_a_list_key_and_an_empty_value_means_null(tmp_path):
+    """`--set data.heldout_paths=x.txt` was refused ("expected a list") and `--set data.path=` read the empty
+    string as a path (`.: not a regular file`)."""
+    base = {**QUICKSTART, "data": {"corpus": "raw", "path": "all.txt", "block_size": 129}}
+    config = load_run_config(base=base, overrides=["data.path=", "data.train_paths=a.txt",
+                                                   "data.heldout_paths=b.txt"])
+    assert config.data.path is None
+    assert (config.data.train_paths, config.data.heldout_paths) == (["a.txt"], ["b.txt"])
+    assert parse_overrides(["data.path="]) == {"data": {"path": None}}
+    unset = load_run_config(base={**base, "data": {"corpus": "raw", "path": "all.txt", "train_paths": ["x"], "block_size": 129}},
+                            overrides=["data.train_paths="])
+    assert unset.data.train_paths == []
