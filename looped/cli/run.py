@@ -45,8 +45,24 @@ def cmd_train(args) -> int:
         raise ValueError(f"--stop-after: the number of updates must be >= 1, got {args.stop_after}")
     summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
     if os.environ.get("RANK", "0") == "0":
-        print(json.dumps({"run": str(out), **summary}, indent=2))
+        report_training(out, config, {"run": str(out), **summary}, as_json=args.json)
     return 0
+
+
+def report_training(out: Path, config, summary: dict, as_json: bool) -> None:
+    """The trainer's summary as JSON in RUN/summary.json (and on stdout with --json, for scripts); otherwise the
+    held-out score in words beside the compressors, and a warning when the end is worse than the best."""
+    from ..train.summary import summary_lines
+
+    text = json.dumps(summary, indent=2)
+    atomic_write_text(out / "summary.json", text + "\n")
+    if as_json:
+        print(text)
+        return
+    lines, warning = summary_lines(out, config)
+    print("\n".join(lines))
+    if warning:
+        print(f"looped: warning: {warning}", file=sys.stderr)
 
 
 def run_config(run: str):
@@ -263,6 +279,9 @@ def add_commands(sub) -> None:
                    help="continue the run in --out from its newest checkpoint (--set may change the budget, "
                         "logging, evaluation/checkpoint cadence, threads)")
     p.add_argument("--stop-after", type=int, help="stop after this many updates in total (as if killed)")
+    p.add_argument("--json", action="store_true",
+                   help="print the trainer's JSON summary (always written to RUN/summary.json) instead of the "
+                        "held-out score in words")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
