@@ -2,10 +2,13 @@
 fine-tuning from another run's weights (issue 29, "your own text")."""
 
 import json
+import tempfile
+from pathlib import Path
 
 from helpers import tiny_run_config, write_config, write_text_corpus
 
 from looped.cli import main
+from looped.data.checks import BOM, check_histograms, check_overlap, check_split, content_lines
 from looped.train.config import load_run_config
 from looped.train.summary import COMPRESSOR_CACHE, summary_lines, worse_than_best
 
@@ -50,3 +53,48 @@ def test_a_final_score_worse_than_an_earlier_one_is_a_warning(tmp_path):
     write_curve(tmp_path / "fine", [2.0, 1.5, 1.4])
     assert summary_lines(tmp_path / "fine", config, compressors=False)[1] is None
     assert worse_than_best([{"step": 1, "val_loss": 1.0}]) is None  # one evaluation: nothing to compare
+
+
+def english(n_bytes: int, seed: int) -> bytes:
+    return write_text_corpus(Path(tempfile.mkdtemp()) / "t.txt", n_bytes, seed).read_bytes()
+
+
+def test_matching_train_and_heldout_texts_have_no_findings():
+    assert check_split(english(20_000, 0), english(5_000, 1)) == []
+
+
+def test_crlf_against_lf_and_a_bom_on_one_side_are_findings():
+    train, heldout = english(20_000, 0), BOM + english(5_000, 1).replace(b"\n", b"\r\n")
+    findings = {f.kind: f for f in check_split(train, heldout, train_files=[train], heldout_files=[heldout])}
+    assert set(findings) == {"line_endings", "bom"}
+    assert "train LF, held-out CRLF" in findings["line_endings"].message
+    assert findings["bom"].details["files_with_bom"] == {"train": 0, "heldout": 1}
+
+
+def test_a_different_kind_of_text_is_a_byte_histogram_finding_naming_the_bytes():
+    digits = "".join(f"{i * 7919 % 100000:05d} {i % 13}\n" for i in range(2_000)).encode()
+    distance, finding = check_histograms(english(20_000, 0), digits)
+    assert distance > 0.5 and finding is not None
+    top = finding.details["top_bytes"][0]  # a digit: common in the held-out table, absent from the prose
+    assert top["byte"] in [repr(d) for d in "0123456789"] and top["train"] == 0.0 and top["heldout"] > 0.05
+    assert "total-variation distance" in finding.message
+
+
+def test_heldout_lines_repeated_from_training_are_an_overlap_finding():
+    train, heldout = english(20_000, 0), english(5_000, 1)
+    leaked = heldout + b"\n" + b"\r\n".join(content_lines(train)[:40])  # other line endings hide no overlap
+    share, finding = check_overlap(train, leaked)
+    assert finding is not None and finding.details["lines"] == 40 and share > 0.25
+    assert check_overlap(train, heldout)[1] is None
+
+
+def test_data_info_reports_the_findings(tmp_path, capsys):
+    (tmp_path / "train.txt").write_bytes(english(20_000, 0))
+    (tmp_path / "heldout.txt").write_bytes(english(5_000, 1).replace(b"\n", b"\r\n"))
+    config = tiny_run_config(tmp_path / "unused.txt", data={"block_size": 65, "path": None,
+                                                            "train_paths": [str(tmp_path / "train.txt")],
+                                                            "heldout_paths": [str(tmp_path / "heldout.txt")]})
+    assert main(["data", "info", str(write_config(tmp_path / "c.yaml", config))]) == 0
+    out = capsys.readouterr()
+    assert [f["kind"] for f in json.loads(out.out)["findings"]] == ["line_endings"]
+    assert out.err.startswith("looped: warning: line endings differ: train LF, held-out CRLF")
