@@ -65,3 +65,15 @@ def test_a_scalar_sets_a_list_key_and_an_empty_value_means_null(tmp_path):
     unset = load_run_config(base={**base, "data": {"corpus": "raw", "path": "all.txt", "train_paths": ["x"], "block_size": 129}},
                             overrides=["data.train_paths="])
     assert unset.data.train_paths == []
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs/examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_example_configs_evaluate_about_20_times_and_select_the_best(path):
+    """Evaluating once at the end hides over-fitting: the held-out curve needs points, and the checkpoint that
+    `eval` / `generate` use should be the best one."""
+    config = load_run_config(path)
+    train = config.train
+    updates = train.max_steps or train.max_targets // (train.batch_size * (config.data.block_size - 1))
+    assert train.eval_every > 0 and 15 <= updates // train.eval_every <= 25
+    assert train.select == "best"
