@@ -62,8 +62,8 @@ def test_a_scalar_sets_a_list_key_and_an_empty_value_means_null(tmp_path):
     assert config.data.path is None
     assert (config.data.train_paths, config.data.heldout_paths) == (["a.txt"], ["b.txt"])
     assert parse_overrides(["data.path="]) == {"data": {"path": None}}
-    unset = load_run_config(base={**base, "data": {"corpus": "raw", "path": "all.txt", "train_paths": ["x"], "block_size": 129}},
-                            overrides=["data.train_paths="])
+    both = {**base, "data": {"corpus": "raw", "path": "all.txt", "train_paths": ["x"], "block_size": 129}}
+    unset = load_run_config(base=both, overrides=["data.train_paths="])
     assert unset.data.train_paths == []
 
 

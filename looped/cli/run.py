@@ -200,10 +200,18 @@ def cmd_plot(args) -> int:
     from ..eval.curves import plot_runs
 
     runs = [Path(r) for r in args.runs]
-    out = Path(args.out) if args.out else (runs[0] if runs[0].is_dir() else runs[0].parent) / "curves.png"
+    out = Path(args.out) if args.out else default_plot_path(runs)
     print(plot_runs(runs, out, metrics=args.metrics, x=args.x, smooth=args.smooth, labels=args.labels))
     print(f"wrote {out}")
     return 0
+
+
+def default_plot_path(runs: list[Path]) -> Path:
+    """One run's curves belong to the run (RUN/curves.png); a comparison belongs to none of its runs, so it is
+    written to the current directory (./curves.png)."""
+    if len(runs) > 1:
+        return Path("curves.png")
+    return (runs[0] if runs[0].is_dir() else runs[0].parent) / "curves.png"
 
 
 def cmd_params(args) -> int:
@@ -319,7 +327,7 @@ def add_commands(sub) -> None:
     p.add_argument("--x", default="step", choices=["step", "targets"], help="x axis (default step)")
     p.add_argument("--smooth", type=float, default=0.6, help="EMA weight for the training loss, 0 = raw (default 0.6)")
     p.add_argument("--labels", nargs="+", help="legend names, one per run (default: folder names)")
-    p.add_argument("--out", help="PNG path (default: curves.png in the first run folder)")
+    p.add_argument("--out", help="PNG path (default: RUN/curves.png for one run, ./curves.png for several)")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("params", help="parameter counts by component, as JSON")
