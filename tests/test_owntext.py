@@ -98,3 +98,46 @@ def test_data_info_reports_the_findings(tmp_path, capsys):
     out = capsys.readouterr()
     assert [f["kind"] for f in json.loads(out.out)["findings"]] == ["line_endings"]
     assert out.err.startswith("looped: warning: line endings differ: train LF, held-out CRLF")
+
+
+def fine_tune_config(tmp_path, source, **model):
+    corpus = write_text_corpus(tmp_path / "new_text.txt", 20_000, seed=3)
+    return tiny_run_config(corpus, data={"block_size": 65},
+                           model=model, train={"max_steps": 2, "eval_every": 0, "init_from": str(source)})
+
+
+def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    from looped.config import from_dict
+    from looped.train import RunConfig, Trainer
+
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 30_000)
+    source = tmp_path / "source"
+    Trainer(from_dict(RunConfig, tiny_run_config(corpus, data={"block_size": 65}, train={"max_steps": 3})), source,
+            progress=False, log=lambda m: None).run()
+    config = from_dict(RunConfig, fine_tune_config(tmp_path, source))
+    trainer = Trainer(config, tmp_path / "tuned", progress=False, log=lambda m: None)
+    try:
+        trainer._setup()  # the state at update 0, before any training
+    finally:
+        trainer.lock.release()
+    saved = load_file(str(source / "checkpoints" / "last" / "model.safetensors"))
+    ours = trainer.model.state_dict()
+    assert saved and all(ours[name].equal(tensor) for name, tensor in saved.items())
+    assert trainer.step == 0 and not trainer.optimizer.state  # a new run: fresh step and optimizer
+    recorded = load_run_config(tmp_path / "tuned" / "config.yaml")
+    assert recorded.train.init_from == str(source)
+
+
+def test_init_from_another_architecture_is_one_line_naming_the_keys(tmp_path, capsys):
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 30_000)
+    source_config = write_config(tmp_path / "s.yaml", tiny_run_config(corpus, data={"block_size": 65},
+                                                                      train={"max_steps": 1, "eval_every": 0}))
+    assert main(["train", str(source_config), "--out", str(tmp_path / "source"), "--no-progress"]) == 0
+    capsys.readouterr()
+    config = write_config(tmp_path / "t.yaml", fine_tune_config(tmp_path, tmp_path / "source", dim=64, ffn_dim=96))
+    assert main(["train", str(config), "--out", str(tmp_path / "tuned"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("looped: error: train.init_from:")
+    assert "model.dim (32 there, 64 here)" in err and "model.ffn_dim (64 there, 96 here)" in err

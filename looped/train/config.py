@@ -55,6 +55,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (DDP) or shard (FSDP2) the model
     compile: bool = False  # torch.compile each model's pure-tensor regions (looped/models/compile.py)
+    # Fine-tuning: start from the weights of a run folder (its train.select checkpoint), a checkpoint folder or
+    # hf:ORG/NAME; the optimizer, step and data order start fresh, and the model section must match the source's.
+    init_from: str | None = None
 
     def validate(self) -> None:
         if (self.max_steps is None) == (self.max_targets is None):
@@ -66,6 +69,8 @@ class TrainConfig:
             raise ValueError(f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if (self.max_steps or 1) < 1 or (self.max_targets or 1) < 1:
             raise ValueError("train.max_steps / train.max_targets must be >= 1")
+        if self.init_from is not None and not self.init_from.strip():
+            raise ValueError("train.init_from: an empty path (leave the key out to start from random weights)")
         for name in ("eval_every", "eval_batches", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
