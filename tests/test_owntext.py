@@ -141,3 +141,52 @@ def test_init_from_another_architecture_is_one_line_naming_the_keys(tmp_path, ca
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("looped: error: train.init_from:")
     assert "model.dim (32 there, 64 here)" in err and "model.ffn_dim (64 there, 96 here)" in err
+
+
+def config_classes() -> list[type]:
+    """Every dataclass a run config is built from: the sections, each task kind's and each architecture's."""
+    from looped.data import DataConfig
+    from looped.models import arch_names, get_arch
+    from looped.train import tasks
+    from looped.train.config import OptimConfig, RunConfig, TrainConfig
+    from looped.train.tracking import WandbConfig
+
+    tasks._load_builtin()
+    kinds = [config_cls for config_cls, _ in tasks._KINDS.values()]
+    return [RunConfig, DataConfig, OptimConfig, TrainConfig, WandbConfig, *kinds,
+            *dict.fromkeys(get_arch(name).config_cls for name in arch_names())]
+
+
+def test_every_field_of_every_config_dataclass_has_a_meaning():
+    import dataclasses
+
+    from looped.config import meaning_of
+
+    classes = config_classes()
+    assert len(classes) > 15
+    missing = [f"{cls.__name__}.{f.name}" for cls in classes for f in dataclasses.fields(cls)
+               if cls.__name__ != "RunConfig" and not meaning_of(cls, f.name)]
+    assert missing == []  # add a comment beside the field (or COMMON_MEANINGS for a standard hyperparameter)
+
+
+def test_meanings_come_from_the_field_comments():
+    from looped.config import field_meanings
+    from looped.train.config import OptimConfig, TrainConfig
+
+    assert field_meanings(OptimConfig)["min_lr"] == "cosine floor"
+    assert field_meanings(TrainConfig)["init_from"].startswith("Fine-tuning: start from the weights of a run folder")
+
+
+def test_config_show_explains_every_key(tmp_path, capsys):
+    assert main(["config", "show", "workspace"]) == 0
+    out = capsys.readouterr().out
+    assert "\nmodel:\n  arch: \"workspace\"" in out and "\ntrain:\n" in out
+    slots = next(line for line in out.splitlines() if line.startswith("  slots: "))
+    assert "# workspace slots S" in slots
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 3_000)
+    config = write_config(tmp_path / "c.yaml", tiny_run_config(corpus, data={"block_size": 65}))
+    assert main(["config", "show", str(config), "--set", "train.eval_every=3"]) == 0
+    eval_every = next(line for line in capsys.readouterr().out.splitlines() if "eval_every:" in line)
+    assert eval_every.startswith("  eval_every: 3 ") and eval_every.endswith("(default: 0)")
+    assert main(["config", "show", "no_such_arch"]) == 2
+    assert "unknown architecture 'no_such_arch'" in capsys.readouterr().err
