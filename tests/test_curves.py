@@ -131,3 +131,15 @@ def test_a_comparison_is_written_to_the_current_directory(tmp_path, monkeypatch,
     assert main(["plot", str(a), str(b)]) == 0
     assert (tmp_path / "here" / "curves.png").is_file() and not (a / "curves.png").exists()
     assert "wrote curves.png" in capsys.readouterr().out
+
+
+def test_a_comparison_title_names_each_run(tmp_path):
+    from looped.eval.curves import curves_figure
+
+    a = write_run(tmp_path / "a", [3.0, 2.5], [(10, 2.4), (20, 2.2)])
+    b = write_run(tmp_path / "b", [3.1, 2.6], [(10, 2.5), (20, 2.3)])
+    write_config(a)
+    write_config(b, kind="sequence", name="parity")
+    lines = curves_figure([a, b])[0]._suptitle.get_text().splitlines()
+    assert lines[0].startswith("a: transformer, ") and lines[0].endswith("raw (novel.txt)")
+    assert lines[1].startswith("b: transformer, ") and lines[1].endswith("task parity")

@@ -20,7 +20,7 @@ def test_train_ends_with_the_heldout_score_beside_the_compressors_not_a_json_dum
     assert main(["train", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert '"best_step"' not in out  # the raw summary dict moved to RUN/summary.json (and --json)
-    assert "held-out bits/byte" in out and "at update 4 (2 evaluations" in out
+    assert "held-out bits/byte" in out and "at update 4 on the first 32 held-out blocks (2 evaluations" in out
     assert "gzip -9" in out and "bzip2 -9" in out and "xz -9e" in out
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 4
     assert (tmp_path / "run" / COMPRESSOR_CACHE).is_file()
@@ -47,7 +47,7 @@ def test_a_final_score_worse_than_an_earlier_one_is_a_warning(tmp_path):
     config = load_run_config(write_config(tmp_path / "c.yaml", tiny_run_config(corpus, data={"block_size": 65})))
     write_curve(tmp_path / "over", [2.0, 1.5, 1.7])
     lines, warning = summary_lines(tmp_path / "over", config, compressors=False)
-    assert "best checkpoint: bits/byte 2.1640 at update 20" in lines[0]
+    assert "; best bits/byte 2.1640 at update 20)" in lines[0]
     assert "worse than the best earlier one (2.1640 at update 20)" in warning
     assert "--which best" in warning  # train.select is last: say how to score the best one
     write_curve(tmp_path / "fine", [2.0, 1.5, 1.4])

@@ -199,10 +199,12 @@ def draw_table(ax, metric: str, curves: dict, x: str) -> None:
 
 
 def figure_title(described: dict) -> str:
-    """One line per distinct run description ("transformer, 812,672 parameters, kjv"), at most four."""
-    texts = list(dict.fromkeys(d["text"] for d in described.values() if d))
-    if not texts:
-        return ""
+    """What the runs are ("transformer, 812,672 parameters, kjv"): one line when they all share it, else one line
+    per run led by its legend label (at most four)."""
+    known = {label: d["text"] for label, d in described.items() if d}
+    if len(set(known.values())) <= 1:
+        return next(iter(known.values()), "")
+    texts = [f"{label}: {text}" for label, text in known.items()]
     if len(texts) > 4:
         texts = texts[:3] + [f"... and {len(texts) - 3} more"]
     return "\n".join(texts)

@@ -93,4 +93,7 @@ def describe_run(run: Path) -> dict | None:
         return None
     params = parameter_count(config["model"])
     size = f"{params:,} parameters" if params is not None else "parameters unknown"
-    return {"text": f"{config['model'].get('arch', '?')}, {size}, {data_name(config)}", "chance": chance_level(config)}
+    start = (config.get("train") or {}).get("init_from")
+    tuned = f", fine-tuned from {start}" if start else ""
+    return {"text": f"{config['model'].get('arch', '?')}, {size}, {data_name(config)}{tuned}",
+            "chance": chance_level(config)}

@@ -80,8 +80,8 @@ def summary_lines(run_dir: Path, config, compressors: bool = True) -> tuple[list
         return [f"{run_dir}: trained; no held-out evaluation was recorded"], None
     final = curve[-1]
     name, value = headline(final)
-    lines = [f"{run_dir}: held-out {name} {value:.4f} at update {final['step']:,} "
-             f"({len(curve)} evaluation{'s' if len(curve) > 1 else ''}; best checkpoint: {best_text(curve)})"]
+    lines = [f"{run_dir}: held-out {name} {value:.4f} at update {final['step']:,}{part_scored(config)} "
+             f"({len(curve)} evaluation{'s' if len(curve) > 1 else ''}; best {best_text(curve)})"]
     data = heldout_bytes(config) if compressors and name == "bits/byte" else None
     if data is not None:
         from ..eval.compressors import format_rates
@@ -89,6 +89,12 @@ def summary_lines(run_dir: Path, config, compressors: bool = True) -> tuple[list
         lines.append(f"the held-out text ({len(data):,} bytes) compressed: "
                      f"{format_rates(cached_compressor_rates(run_dir, data))} bits/byte")
     return lines, overfit_warning(run_dir, curve, config)
+
+
+def part_scored(config) -> str:
+    """Which share of the held-out stream the evaluations scored (train.eval_batches > 0 scores its start)."""
+    tc = config.train
+    return f" on the first {tc.eval_batches * tc.eval_batch_size:,} held-out blocks" if tc.eval_batches else ""
 
 
 def best_text(curve: list[dict]) -> str:
