@@ -26,6 +26,18 @@ def test_train_ends_with_the_heldout_score_beside_the_compressors_not_a_json_dum
     assert (tmp_path / "run" / COMPRESSOR_CACHE).is_file()
 
 
+def test_compressors_rate_a_long_heldout_text_by_its_start(tmp_path, monkeypatch):
+    from looped.train import summary
+
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 30_000)  # 3,000 held-out bytes
+    config = load_run_config(write_config(tmp_path / "c.yaml", tiny_run_config(corpus, data={"block_size": 65})))
+    write_curve(tmp_path / "run", [2.0, 1.5])
+    monkeypatch.setattr(summary, "COMPRESSOR_MAX_BYTES", 1_000)
+    lines, _ = summary.summary_lines(tmp_path / "run", config)
+    assert "the held-out text (its first 1,000 of 3,000 bytes) compressed: gzip -9" in lines[1]
+    assert json.loads((tmp_path / "run" / COMPRESSOR_CACHE).read_text())["bytes"] == 1_000
+
+
 def test_train_json_flag_keeps_the_machine_readable_summary(tmp_path, capsys):
     corpus = write_text_corpus(tmp_path / "corpus.txt", 30_000)
     config = write_config(tmp_path / "c.yaml", tiny_run_config(corpus, train={"max_steps": 2, "eval_every": 0},
