@@ -20,7 +20,7 @@ def test_train_ends_with_the_heldout_score_beside_the_compressors_not_a_json_dum
     assert main(["train", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert '"best_step"' not in out  # the raw summary dict moved to RUN/summary.json (and --json)
-    assert "held-out bits/byte" in out and "at update 4 on the first 32 held-out blocks (2 evaluations" in out
+    assert "held-out bits/byte" in out and "at update 4 on the first 32 held-out sequences (2 evaluations" in out
     assert "gzip -9" in out and "bzip2 -9" in out and "xz -9e" in out
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 4
     assert (tmp_path / "run" / COMPRESSOR_CACHE).is_file()
@@ -64,6 +64,8 @@ def test_a_final_score_worse_than_an_earlier_one_is_a_warning(tmp_path):
     assert "--which best" in warning  # train.select is last: say how to score the best one
     write_curve(tmp_path / "fine", [2.0, 1.5, 1.4])
     assert summary_lines(tmp_path / "fine", config, compressors=False)[1] is None
+    config.train.select = "best"
+    assert "checkpoints/best keeps update 20" in summary_lines(tmp_path / "over", config, compressors=False)[1]
     assert worse_than_best([{"step": 1, "val_loss": 1.0}]) is None  # one evaluation: nothing to compare
 
 
@@ -202,3 +204,17 @@ def test_config_show_explains_every_key(tmp_path, capsys):
     assert eval_every.startswith("  eval_every: 3 ") and eval_every.endswith("(default: 0)")
     assert main(["config", "show", "no_such_arch"]) == 2
     assert "unknown architecture 'no_such_arch'" in capsys.readouterr().err
+
+
+def test_a_task_run_reports_accuracy_and_judges_by_the_loss(tmp_path):
+    from looped.train.summary import summary_lines
+
+    config = load_run_config(base={"model": {"arch": "rlt", "dim": 32, "heads": 4, "ffn_dim": 48},
+                                   "task": {"kind": "sequence", "name": "parity"}, "train": {"max_steps": 2}})
+    (tmp_path / "run").mkdir()
+    events = [{"step": 10, "val_loss": 0.5, "val_accuracy": 0.6}, {"step": 20, "val_loss": 0.7, "val_accuracy": 0.7}]
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    lines, warning = summary_lines(tmp_path / "run", config)
+    assert lines == [f"{tmp_path / 'run'}: held-out accuracy 0.7000 at update 20 (2 evaluations; best loss "
+                     f"(nats/target) 0.5000 at update 10)"]  # no compressors: not text
+    assert "final held-out loss (nats/target) (0.7000 at update 20)" in warning and "looped eval" not in warning

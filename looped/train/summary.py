@@ -38,6 +38,14 @@ def headline(event: dict) -> tuple[str, float]:
     return "loss", float(event["val_loss"])
 
 
+def loss_score(event: dict) -> tuple[str, float]:
+    """(name, value) of the held-out loss in the run's own unit: what the best checkpoint is chosen by."""
+    for key, name in (("val_bits_per_byte", "bits/byte"), ("val_bits_per_symbol", "bits/symbol")):
+        if isinstance(event.get(key), (int, float)):
+            return name, float(event[key])
+    return "loss (nats/target)", float(event["val_loss"])
+
+
 def worse_than_best(curve: list[dict]) -> tuple[dict, dict] | None:
     """(final, best) evaluations when the final held-out loss is above the lowest earlier one, else None."""
     if len(curve) < 2:
@@ -97,14 +105,14 @@ def summary_lines(run_dir: Path, config, compressors: bool = True) -> tuple[list
 
 
 def part_scored(config) -> str:
-    """Which share of the held-out stream the evaluations scored (train.eval_batches > 0 scores its start)."""
+    """Which share of the held-out set the evaluations scored (train.eval_batches > 0 scores its start)."""
     tc = config.train
-    return f" on the first {tc.eval_batches * tc.eval_batch_size:,} held-out blocks" if tc.eval_batches else ""
+    return f" on the first {tc.eval_batches * tc.eval_batch_size:,} held-out sequences" if tc.eval_batches else ""
 
 
 def best_text(curve: list[dict]) -> str:
     best = min(curve, key=lambda e: e["val_loss"])
-    name, value = headline(best)
+    name, value = loss_score(best)
     return f"{name} {value:.4f} at update {best['step']:,}"
 
 
@@ -112,10 +120,14 @@ def overfit_warning(run_dir: Path, curve: list[dict], config) -> str | None:
     pair = worse_than_best(curve)
     if pair is None:
         return None
-    (final, best), name = pair, headline(pair[0])[0]
-    advice = ("`looped eval` and `generate` use it (train.select: best)" if config.train.select == "best" else
-              f"score it with `looped eval {run_dir} --which best`, or set train.select: best")
-    return (f"the final held-out {name} ({headline(final)[1]:.4f} at update {final['step']:,}) is worse than the "
-            f"best earlier one ({headline(best)[1]:.4f} at update {best['step']:,}): the model over-fits or the "
+    (final, best), name = pair, loss_score(pair[0])[0]
+    if config.train.select == "best":
+        advice = f"{run_dir}/checkpoints/best keeps update {best['step']:,} (train.select: best)"
+    elif getattr(config.task, "kind", "lm") == "lm":
+        advice = f"score it with `looped eval {run_dir} --which best`, or set train.select: best"
+    else:
+        advice = f"it is {run_dir}/checkpoints/best"
+    return (f"the final held-out {name} ({loss_score(final)[1]:.4f} at update {final['step']:,}) is worse than the "
+            f"best earlier one ({loss_score(best)[1]:.4f} at update {best['step']:,}): the model over-fits or the "
             f"learning rate is too high; {advice}")
 
