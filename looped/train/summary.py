@@ -80,7 +80,7 @@ def heldout_bytes(config) -> bytes | None:
     from ..data import load_streams
 
     streams = load_streams(config.data)
-    return bytes(streams.heldout.tolist()) if streams.unit == "byte" and len(streams.heldout) else None
+    return streams.heldout.astype("uint8").tobytes() if streams.unit == "byte" and len(streams.heldout) else None
 
 
 def summary_lines(run_dir: Path, config, compressors: bool = True) -> tuple[list[str], str | None]:
