@@ -6,9 +6,15 @@ stops a run before it starts instead of being silently ignored.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import io
 import json
 import re
+import textwrap
+import tokenize
 import types
 import typing
 from pathlib import Path
@@ -70,6 +76,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key}: {value!r} is not one of {list(get_args(tp))}")
         return value
     if origin in (list, tuple):
+        if isinstance(value, (str, int, float, bool)):  # `--set data.heldout_paths=x.txt`: a list of one
+            value = [value]
+        if value is None:  # `--set data.heldout_paths=` (null): no items
+            value = []
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         (item_tp, *_) = get_args(tp) or (Any,)
@@ -139,13 +149,15 @@ def to_dict(obj: Any) -> Any:
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """["train.lr=3e-4", "model.dim=64"] -> nested dict; values parsed as YAML scalars."""
+    """["train.lr=3e-4", "model.dim=64"] -> nested dict; values parsed as YAML scalars.
+
+    An empty value (`data.path=`) means null, i.e. "unset this key", as a YAML `key:` line does."""
     tree: dict = {}
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r}: expected key.sub=value")
         dotted, raw = pair.split("=", 1)
-        value = load_yaml_text(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else None
         node = tree
         *parents, leaf = dotted.strip().split(".")
         for part in parents:
@@ -184,3 +196,66 @@ def read_yaml(path: str | Path) -> dict:
 
 def dumps(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=2, sort_keys=False)
+
+
+# --- what each key means ---------------------------------------------------------------------------------------
+# A field's meaning is the comment written beside it (or in the lines right above it) in its dataclass: the place a
+# contributor already edits when adding a key, so `looped config show` cannot drift from the code. The standard
+# architecture hyperparameters that every model config repeats are explained once, here.
+COMMON_MEANINGS = {
+    "arch": "the registered architecture; the other model keys depend on it (`looped config show ARCH`)",
+    "kind": "what is trained: lm (next byte of text from the data section), sequence (algorithmic tasks) or "
+            "reasoning (seed 002's tasks)",
+    "task_kind": "the input layout the model reads: graph (node slots) or sequence (tokens)",
+    "vocab_size": "input / output symbols (257 for text: the 256 bytes and a separator)",
+    "context_length": "the longest input the model accepts, in symbols",
+    "dim": "width of the residual stream (the model dimension)",
+    "heads": "attention heads per layer (dim must be divisible by them)",
+    "layers": "blocks with their own weights",
+    "ffn_dim": "hidden width of each block's feed-forward network",
+    "norm_eps": "epsilon of the normalisation layers",
+    "dropout": "dropout probability while training",
+    "tie_embeddings": "the output head reuses the input embedding matrix",
+    "rope_base": "base of the rotary position embedding's frequencies",
+    "layer_scale": "LayerScale initial value on the residual branches; null: no LayerScale",
+}
+
+
+def meaning_of(cls: type, name: str) -> str | None:
+    """One line saying what field `name` of config dataclass `cls` does (None if nobody wrote it down)."""
+    return field_meanings(cls).get(name) or COMMON_MEANINGS.get(name)
+
+
+def field_meanings(cls: type) -> dict[str, str]:
+    """{field name: meaning} of dataclass `cls`; a field without a comment of its own takes the comment of the
+    nearest base class that has one. Fields with no comment anywhere are left out."""
+    meanings: dict[str, str] = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        meanings.update(_own_field_comments(klass))
+    return {f.name: meanings[f.name] for f in dataclasses.fields(cls) if f.name in meanings}
+
+
+@functools.lru_cache(maxsize=None)
+def _own_field_comments(cls: type) -> dict[str, str]:
+    """The comments of the fields `cls` itself declares: trailing ones on the field's lines, else the block of
+    comment lines directly above it."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # defined in an interactive session: no source
+        return {}
+    comments = {token.start[0]: token.string.lstrip("#").strip()
+                for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    found = {}
+    for node in ast.parse(source).body[0].body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        trailing = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
+        above, n = [], node.lineno - 1
+        while n in comments and lines[n - 1].lstrip().startswith("#"):
+            above.insert(0, comments[n])
+            n -= 1
+        text = " ".join(trailing or above).strip()
+        if text:
+            found[node.target.id] = text
+    return found

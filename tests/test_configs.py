@@ -40,6 +40,8 @@ def test_overrides_parse_yaml_scalars():
 
 def test_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"^optim\.betas: expected a list"):
+        load_run_config(base=QUICKSTART, overrides=["optim.betas={a: 1}"])
+    with pytest.raises(ConfigError, match=r"^optim\.betas must be two numbers"):  # a scalar is a list of one
         load_run_config(base=QUICKSTART, overrides=["optim.betas=0.9"])
     with pytest.raises(ConfigError, match=r"^train\.max_steps / train\.max_targets"):
         load_run_config(base=QUICKSTART, overrides=["train.max_targets=100", "train.max_steps=5"])
@@ -49,3 +51,29 @@ def test_errors_name_the_key():
         load_run_config(base=QUICKSTART, overrides=["train.precision=fp16"])
     with pytest.raises(ConfigError, match=r"^model\.context_length"):
         load_run_config(base=QUICKSTART, overrides=["model.context_length=100"])
+
+
+def test_a_scalar_sets_a_list_key_and_an_empty_value_means_null(tmp_path):
+    """`--set data.heldout_paths=x.txt` was refused ("expected a list") and `--set data.path=` read the empty
+    string as a path (`.: not a regular file`)."""
+    base = {**QUICKSTART, "data": {"corpus": "raw", "path": "all.txt", "block_size": 129}}
+    config = load_run_config(base=base, overrides=["data.path=", "data.train_paths=a.txt",
+                                                   "data.heldout_paths=b.txt"])
+    assert config.data.path is None
+    assert (config.data.train_paths, config.data.heldout_paths) == (["a.txt"], ["b.txt"])
+    assert parse_overrides(["data.path="]) == {"data": {"path": None}}
+    both = {**base, "data": {"corpus": "raw", "path": "all.txt", "train_paths": ["x"], "block_size": 129}}
+    unset = load_run_config(base=both, overrides=["data.train_paths="])
+    assert unset.data.train_paths == []
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs/examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_example_configs_evaluate_about_20_times_and_select_the_best(path):
+    """Evaluating once at the end hides over-fitting: the held-out curve needs points, and the checkpoint that
+    `eval` / `generate` use should be the best one."""
+    config = load_run_config(path)
+    train = config.train
+    updates = train.max_steps or train.max_targets // (train.batch_size * (config.data.block_size - 1))
+    assert train.eval_every > 0 and 15 <= updates // train.eval_every <= 25
+    assert train.select == "best"

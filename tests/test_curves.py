@@ -68,3 +68,78 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "torn" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\n{"st')
     plot_runs([tmp_path / "torn"], tmp_path / "z.png")
     assert "skipped a torn last line" in capsys.readouterr().err
+
+
+def write_config(folder, **task):
+    """A run folder's config.yaml, as the trainer writes it (only what the title reads)."""
+    import yaml
+
+    config = {"model": {"arch": "transformer", "dim": 32, "heads": 4, "layers": 2, "ffn_dim": 64},
+              "data": {"corpus": "raw", "path": "/somewhere/novel.txt"}}
+    if task:
+        config["task"] = task
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_panels_name_their_units_and_the_title_names_the_run(tmp_path):
+    from looped.eval.curves import curves_figure
+
+    run = write_run(tmp_path / "r", [3.0, 2.5, 2.0], [(10_000, 2.4), (20_000, 1.9)])
+    write_config(run)
+    fig, _ = curves_figure([run])
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    assert by_title["loss"].get_ylabel() == "training loss (nats/target)"
+    assert by_title["val_loss"].get_ylabel() == "held-out loss (nats/target)"
+    assert by_title["val_bits_per_byte"].get_ylabel() == "held-out bits/byte"
+    assert by_title["val_bits_per_byte"].get_xlabel() == "optimizer update"
+    assert by_title["val_bits_per_byte"].xaxis.get_major_formatter()(12_000, 0) == "12,000"
+    (line,) = by_title["val_bits_per_byte"].lines
+    assert list(line.get_xdata()) == [10_000, 20_000]  # a line through both evaluations
+    title = fig._suptitle.get_text()
+    assert title.startswith("transformer, ") and " parameters, raw (novel.txt)" in title
+
+
+def test_a_single_evaluation_is_a_table_row_not_a_lonely_dot(tmp_path):
+    from looped.eval.curves import curves_figure
+
+    run = write_run(tmp_path / "r", [3.0, 2.5], [(20, 2.4)])
+    fig, _ = curves_figure([run], metrics=["val_bits_per_byte"])
+    (ax,) = fig.axes
+    assert not ax.lines and len(ax.tables) == 1
+    cells = ax.tables[0].get_celld()
+    assert cells[(0, 1)].get_text().get_text() == "held-out bits/byte"
+    assert cells[(1, 1)].get_text().get_text() == f"{2.4 / 0.6931:.4f}"
+
+
+def test_accuracy_panels_span_0_to_1_with_the_chance_line(tmp_path):
+    from looped.eval.curves import curves_figure
+
+    run = write_run(tmp_path / "r", [1.0, 0.5], [(10, 0.47), (20, 0.45)], accuracy_key="val_accuracy")
+    write_config(run, kind="sequence", name="parity")
+    fig, _ = curves_figure([run], metrics=["val_accuracy"])
+    (ax,) = fig.axes
+    assert ax.get_ylim() == (0.0, 1.0) and ax.get_ylabel() == "held-out accuracy (fraction)"
+    chance = [line for line in ax.lines if line.get_label().startswith("chance")]
+    assert len(chance) == 1 and list(chance[0].get_ydata()) == [0.5, 0.5]
+
+
+def test_a_comparison_is_written_to_the_current_directory(tmp_path, monkeypatch, capsys):
+    a = write_run(tmp_path / "a", [3.0, 2.5], [(10, 2.4), (20, 2.2)])
+    b = write_run(tmp_path / "b", [3.1, 2.6], [(10, 2.5), (20, 2.3)])
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert main(["plot", str(a), str(b)]) == 0
+    assert (tmp_path / "here" / "curves.png").is_file() and not (a / "curves.png").exists()
+    assert "wrote curves.png" in capsys.readouterr().out
+
+
+def test_a_comparison_title_names_each_run(tmp_path):
+    from looped.eval.curves import curves_figure
+
+    a = write_run(tmp_path / "a", [3.0, 2.5], [(10, 2.4), (20, 2.2)])
+    b = write_run(tmp_path / "b", [3.1, 2.6], [(10, 2.5), (20, 2.3)])
+    write_config(a)
+    write_config(b, kind="sequence", name="parity")
+    lines = curves_figure([a, b])[0]._suptitle.get_text().splitlines()
+    assert lines[0].startswith("a: transformer, ") and lines[0].endswith("raw (novel.txt)")
+    assert lines[1].startswith("b: transformer, ") and lines[1].endswith("task parity")

@@ -158,7 +158,7 @@ def test_shipped_recipes_load_and_train_through_the_cli(tmp_path, capsys):
     assert build_model(full.model).parameter_counts()["total"] == 205_441
     assert full.train.max_targets // full.train.batch_size == 7_500  # 40 epochs x 12,000 rows / 64
     code = main(["train", str(REPO / "configs/drt/cpu/graph.yaml"), "--out", str(tmp_path / "run"), "--no-progress",
-                 "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.ffn_dim=32",
+                 "--json", "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.ffn_dim=32",
                  "--set", "task.train_size=64", "--set", "task.val_size=16", "--set", "train.max_targets=128",
                  "--set", "train.eval_every=0"])
     out = capsys.readouterr().out

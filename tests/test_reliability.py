@@ -218,7 +218,7 @@ def test_resume_may_change_the_budget_but_nothing_that_changes_the_computation(c
     code, _, err = cli(capsys, "train", "--out", run, "--resume", "--set", "optim.lr=0.5", "--no-progress")
     assert code == 2 and "optim.lr" in err and one_line(err)
     code, out, err = cli(capsys, "train", "--out", run, "--resume", "--set", "train.max_steps=4",
-                         "--set", "train.log_every=2", "--no-progress")
+                         "--set", "train.log_every=2", "--no-progress", "--json")
     assert code == 0 and json.loads(out)["step"] == 4, err
     assert ckpt.read_config(run / "checkpoints" / "last").train.max_steps == 4
     code, _, err = cli(capsys, "train", "--out", run, "--no-progress")  # no config and no --resume

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from .common import add_set
@@ -39,8 +40,31 @@ def cmd_data_info(args) -> int:
             "train_symbols": int(len(streams.train)), "heldout_symbols": int(len(streams.heldout)),
             "train_blocks": len(to_blocks(streams.train, config.data.block_size, name="train")),
             "heldout_blocks": len(to_blocks(streams.heldout, config.data.block_size, name="held-out"))}
+    if streams.unit == "byte":
+        info["findings"] = split_findings(config.data, streams)
+        for finding in info["findings"]:
+            print(f"looped: warning: {finding['message']}", file=sys.stderr)
     print(json.dumps(info, indent=2))
     return 0
+
+
+def split_findings(data_config, streams) -> list[dict]:
+    """Mismatches between the training and held-out text of a byte-level corpus (looped.data.checks), as JSON."""
+    import dataclasses
+
+    from ..data.checks import check_split
+
+    def starts(paths: list[str]) -> list[bytes]:  # a byte-order mark is in the first 3 bytes of a file
+        out = []
+        for path in paths:
+            with open(Path(path).expanduser(), "rb") as f:
+                out.append(f.read(3))
+        return out
+
+    # a byte stream's symbols are < 256: tobytes() of uint8 copies 90 MB in a blink, tolist() would build 90M ints
+    findings = check_split(streams.train.astype("uint8").tobytes(), streams.heldout.astype("uint8").tobytes(),
+                           train_files=starts(data_config.train_paths), heldout_files=starts(data_config.heldout_paths))
+    return [dataclasses.asdict(f) for f in findings]
 
 
 def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_negatives: bool = False,
@@ -78,7 +102,8 @@ def add_commands(sub) -> None:
     d.add_argument("name", choices=["enwik8", "wikitext103", "tinystories"])
     d.add_argument("--dir", default="data")
     d.set_defaults(func=cmd_data_download)
-    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus (or its synthetic task)")
+    d = data_sub.add_parser("info", help="sizes and blocks of a config's corpus (or its synthetic task), and "
+                                        "mismatches between its train and held-out text")
     d.add_argument("config", nargs="+")
     add_set(d)
     d.set_defaults(func=cmd_data_info)

@@ -45,8 +45,24 @@ def cmd_train(args) -> int:
         raise ValueError(f"--stop-after: the number of updates must be >= 1, got {args.stop_after}")
     summary = Trainer(config, out, resume=args.resume, progress=not args.no_progress).run(stop_after=args.stop_after)
     if os.environ.get("RANK", "0") == "0":
-        print(json.dumps({"run": str(out), **summary}, indent=2))
+        report_training(out, config, {"run": str(out), **summary}, as_json=args.json)
     return 0
+
+
+def report_training(out: Path, config, summary: dict, as_json: bool) -> None:
+    """The trainer's summary as JSON in RUN/summary.json (and on stdout with --json, for scripts); otherwise the
+    held-out score in words beside the compressors, and a warning when the end is worse than the best."""
+    from ..train.summary import summary_lines
+
+    text = json.dumps(summary, indent=2)
+    atomic_write_text(out / "summary.json", text + "\n")
+    if as_json:
+        print(text)
+        return
+    lines, warning = summary_lines(out, config)
+    print("\n".join(lines))
+    if warning:
+        print(f"looped: warning: {warning}", file=sys.stderr)
 
 
 def run_config(run: str):
@@ -184,10 +200,18 @@ def cmd_plot(args) -> int:
     from ..eval.curves import plot_runs
 
     runs = [Path(r) for r in args.runs]
-    out = Path(args.out) if args.out else (runs[0] if runs[0].is_dir() else runs[0].parent) / "curves.png"
+    out = Path(args.out) if args.out else default_plot_path(runs)
     print(plot_runs(runs, out, metrics=args.metrics, x=args.x, smooth=args.smooth, labels=args.labels))
     print(f"wrote {out}")
     return 0
+
+
+def default_plot_path(runs: list[Path]) -> Path:
+    """One run's curves belong to the run (RUN/curves.png); a comparison belongs to none of its runs, so it is
+    written to the current directory (./curves.png)."""
+    if len(runs) > 1:
+        return Path("curves.png")
+    return (runs[0] if runs[0].is_dir() else runs[0].parent) / "curves.png"
 
 
 def cmd_params(args) -> int:
@@ -263,6 +287,9 @@ def add_commands(sub) -> None:
                    help="continue the run in --out from its newest checkpoint (--set may change the budget, "
                         "logging, evaluation/checkpoint cadence, threads)")
     p.add_argument("--stop-after", type=int, help="stop after this many updates in total (as if killed)")
+    p.add_argument("--json", action="store_true",
+                   help="print the trainer's JSON summary (always written to RUN/summary.json) instead of the "
+                        "held-out score in words")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -300,7 +327,7 @@ def add_commands(sub) -> None:
     p.add_argument("--x", default="step", choices=["step", "targets"], help="x axis (default step)")
     p.add_argument("--smooth", type=float, default=0.6, help="EMA weight for the training loss, 0 = raw (default 0.6)")
     p.add_argument("--labels", nargs="+", help="legend names, one per run (default: folder names)")
-    p.add_argument("--out", help="PNG path (default: curves.png in the first run folder)")
+    p.add_argument("--out", help="PNG path (default: RUN/curves.png for one run, ./curves.png for several)")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("params", help="parameter counts by component, as JSON")

@@ -70,20 +70,21 @@ class DataConfig:
     it almost always means ``corpus`` was forgotten.
     """
 
+    # kjv: the embedded Bible (no download); raw: your own text files; the others: `looped data download`.
     corpus: Literal["kjv", "enwik8", "wikitext103", "tinystories", "raw"] = "kjv"
     # enwik8: the raw file or enwik8.zip; raw: the single file to split.
     path: str | None = None
     # wikitext103 (Parquet shards), tinystories (text files), raw (separate files).
     train_paths: list[str] = field(default_factory=list)
-    heldout_paths: list[str] = field(default_factory=list)
+    heldout_paths: list[str] = field(default_factory=list)  # the held-out files of those corpora
     # enwik8 only: which 5M-byte part is the held-out stream.
     heldout_split: Literal["valid", "test"] = "valid"
     # raw with a single `path` only: the last fraction of the file is held out.
     heldout_fraction: float = 0.05
     # Caps on the stream lengths, in symbols (= bytes except for WikiText). None = all.
     max_train_bytes: int | None = None
-    max_heldout_bytes: int | None = None
-    block_size: int = BLOCK_SIZE
+    max_heldout_bytes: int | None = None  # cap on the held-out stream; None = all
+    block_size: int = BLOCK_SIZE  # symbols per training block: the first is context, the rest are targets
     # historical: permutations from torch's global RNG; independent: from data_seed.
     sampler: Literal["historical", "independent"] = "historical"
     # Seed of the private sampler generator; required for (and only used by) independent.

@@ -4,6 +4,11 @@ Reads each run's metrics.jsonl (training lines: step, loss, lr, ...; evaluation 
 panel per metric with one line per run, and returns a text summary (last and best value of every metric per
 run) so the comparison is readable in a terminal too. Training loss is drawn raw (faint) and smoothed with an
 exponential moving average; evaluation metrics are drawn as they are.
+
+A figure should tell its story without the command line that made it: every y axis names its unit (`held-out
+bits/byte`, `loss (nats/target)`), the title names each run's architecture, parameter count and data (from the
+run's config.yaml), step axes have thousands separators, accuracy panels span 0-1 with the task's chance level,
+and a metric with a single value per run (a run that evaluated once) is a table row, not a lonely dot.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import sys
 from pathlib import Path
 
 from ..io import atomic_save_figure
+from .plot_labels import describe_run, y_label
 
 # Shown when --metrics is not given: the training loss, the held-out loss, and the first headline score present.
 HEADLINE = ("val_bits_per_byte", "val_bits_per_symbol", "val_accuracy", "val_final_state_accuracy")
 X_AXES = ("step", "targets")
+X_LABELS = {"step": "optimizer update", "targets": "training targets"}
 
 
 class CurveError(ValueError):
@@ -98,6 +105,17 @@ def labels_for(runs: list[Path]) -> list[str]:
 def plot_runs(runs: list[Path], out: Path, *, metrics: list[str] | None = None, x: str = "step",
               smooth: float = 0.6, labels: list[str] | None = None) -> str:
     """Write the figure to `out` and return the text summary."""
+    fig, summary = curves_figure(runs, metrics=metrics, x=x, smooth=smooth, labels=labels)
+    atomic_save_figure(fig, out)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return summary
+
+
+def curves_figure(runs: list[Path], *, metrics: list[str] | None = None, x: str = "step", smooth: float = 0.6,
+                  labels: list[str] | None = None):
+    """(matplotlib figure, text summary) of the runs' curves; plot_runs saves it."""
     if x not in X_AXES:
         raise CurveError(f"--x must be one of {', '.join(X_AXES)}, got {x!r}")
     if not 0 <= smooth < 1:
@@ -112,6 +130,7 @@ def plot_runs(runs: list[Path], out: Path, *, metrics: list[str] | None = None, 
         missing = [m for m in metrics if m not in available(lines)]
         if missing:
             raise CurveError(f"{label}: no metric {missing[0]!r} (it has: {', '.join(sorted(available(lines)))})")
+    described = {label: describe_run(Path(run)) for label, run in zip(data, runs)}
 
     import matplotlib
     matplotlib.use("Agg")
@@ -119,25 +138,73 @@ def plot_runs(runs: list[Path], out: Path, *, metrics: list[str] | None = None, 
 
     columns = min(3, len(metrics))
     rows = math.ceil(len(metrics) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows + 0.4), squeeze=False)
     summary = []
     for ax, metric in zip(axes.flat, metrics):
-        for i, (label, lines) in enumerate(data.items()):
-            xs, ys = series(lines, metric, x)
-            color = f"C{i % 10}"
-            if metric == "loss" and smooth > 0 and len(ys) > 2:
-                ax.plot(xs, ys, color=color, alpha=0.25, lw=0.8)
-                ax.plot(xs, ema(ys, smooth), color=color, label=label)
-            else:
-                ax.plot(xs, ys, color=color, label=label, marker="o" if len(ys) < 30 else None, ms=3)
+        curves = {label: series(lines, metric, x) for label, lines in data.items()}
+        for label, (xs, ys) in curves.items():
             best = max(ys) if higher_is_better(metric) else min(ys)
             summary.append(f"{label:24s} {metric:28s} last {ys[-1]:.4g} @ {x} {xs[-1]:,.0f}   best {best:.4g}")
-        ax.set_title(metric)
-        ax.set_xlabel(x)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if all(len(ys) == 1 for _, ys in curves.values()):
+            draw_table(ax, metric, curves, x)
+        else:
+            draw_curves(ax, metric, curves, x, smooth)
+            chances = {described[label]["chance"] for label in curves if described[label]}
+            if "accuracy" in metric:
+                draw_accuracy_frame(ax, chances - {None})
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
+    fig.suptitle(figure_title(described), fontsize=9)
     fig.tight_layout()
-    atomic_save_figure(fig, out)
-    return "\n".join(summary)
+    return fig, "\n".join(summary)
+
+
+def draw_curves(ax, metric: str, curves: dict, x: str, smooth: float) -> None:
+    """One line per run; a run with one value in a panel of lines is a marker."""
+    from matplotlib.ticker import FuncFormatter
+
+    for i, (label, (xs, ys)) in enumerate(curves.items()):
+        color = f"C{i % 10}"
+        if metric == "loss" and smooth > 0 and len(ys) > 2:
+            ax.plot(xs, ys, color=color, alpha=0.25, lw=0.8)
+            ax.plot(xs, ema(ys, smooth), color=color, label=label)
+        else:
+            ax.plot(xs, ys, color=color, label=label, marker="o" if len(ys) < 30 else None, ms=3)
+    ax.set_title(metric, fontsize=9)
+    ax.set_ylabel(y_label(metric))
+    ax.set_xlabel(X_LABELS[x])
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def draw_accuracy_frame(ax, chances: set[float]) -> None:
+    """Accuracy on its whole 0-1 range (a zoomed axis makes 0.51 against 0.49 look like a result), with the
+    uniform-prediction level when the task states it."""
+    ax.set_ylim(0, 1)
+    for chance in sorted(chances):
+        ax.axhline(chance, color="0.4", ls=":", lw=1, label=f"chance {chance:.3g}")
+    if chances:
+        ax.legend(fontsize=7)
+
+
+def draw_table(ax, metric: str, curves: dict, x: str) -> None:
+    """Each run's single value as a table row: one point per run is a number to read, not a curve."""
+    ax.axis("off")
+    rows = [[label, f"{ys[0]:.4f}", f"{xs[0]:,.0f}"] for label, (xs, ys) in curves.items()]
+    table = ax.table(cellText=rows, colLabels=["run", y_label(metric), X_LABELS[x]], loc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    ax.set_title(f"{metric} (one evaluation per run)", fontsize=9)
+
+
+def figure_title(described: dict) -> str:
+    """What the runs are ("transformer, 812,672 parameters, kjv"): one line when they all share it, else one line
+    per run led by its legend label (at most four)."""
+    known = {label: d["text"] for label, d in described.items() if d}
+    if len(set(known.values())) <= 1:
+        return next(iter(known.values()), "")
+    texts = [f"{label}: {text}" for label, text in known.items()]
+    if len(texts) > 4:
+        texts = texts[:3] + [f"... and {len(texts) - 3} more"]
+    return "\n".join(texts)

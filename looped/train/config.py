@@ -17,13 +17,13 @@ from .tracking import WandbConfig
 class OptimConfig:
     """AdamW. Weight decay applies to weight matrices of linear layers only (see trainer.param_groups)."""
 
-    lr: float = 1e-3
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    eps: float = 1e-8
-    weight_decay: float = 0.1
+    lr: float = 1e-3  # peak learning rate (after the warm-up)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])  # AdamW moment decay rates [beta1, beta2]
+    eps: float = 1e-8  # AdamW denominator epsilon
+    weight_decay: float = 0.1  # decoupled (AdamW) decay of the weight matrices
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     schedule: Literal["constant", "cosine"] = "constant"  # after linear warm-up
-    warmup_steps: int = 0
+    warmup_steps: int = 0  # updates of linear warm-up from 0 to lr
     min_lr: float = 0.0  # cosine floor
 
     def validate(self) -> None:
@@ -37,24 +37,27 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    seed: int = 11
+    seed: int = 11  # initial weights and (historical sampler) data order
     batch_size: int = 8  # sequences per optimizer update, summed over processes
     micro_batch_size: int | None = None  # sequences per forward/backward and process; None = no accumulation
     max_steps: int | None = None  # budget in optimizer updates ...
     max_targets: int | None = None  # ... or in scored targets (exactly one of the two)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast forward passes (weights stay fp32)
     eval_every: int = 0  # optimizer updates between held-out evaluations; 0 = only at the end
     eval_batches: int = 0  # held-out batches per evaluation; 0 = the whole held-out stream
-    eval_batch_size: int = 16
+    eval_batch_size: int = 16  # sequences per held-out batch
     checkpoint_every: int = 0  # updates between checkpoints; 0 = at evaluations and at the end
     select: Literal["last", "best"] = "last"  # which checkpoint `eval`/`generate` use by default
-    log_every: int = 10
-    tensorboard: bool = False
+    log_every: int = 10  # updates between training-loss lines in metrics.jsonl
+    tensorboard: bool = False  # also write TensorBoard events to RUN/tensorboard (looped[tensorboard])
     wandb: WandbConfig | None = None  # {project, entity, name}: also log to Weights & Biases (looped[wandb])
     threads: int | None = None  # torch intra-op threads; None = torch's default
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     parallel: Literal["ddp", "fsdp"] = "ddp"  # under torchrun: replicate (DDP) or shard (FSDP2) the model
     compile: bool = False  # torch.compile each model's pure-tensor regions (looped/models/compile.py)
+    # Fine-tuning: start from the weights of a run folder (its train.select checkpoint), a checkpoint folder or
+    # hf:ORG/NAME; the optimizer, step and data order start fresh, and the model section must match the source's.
+    init_from: str | None = None
 
     def validate(self) -> None:
         if (self.max_steps is None) == (self.max_targets is None):
@@ -66,6 +69,8 @@ class TrainConfig:
             raise ValueError(f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if (self.max_steps or 1) < 1 or (self.max_targets or 1) < 1:
             raise ValueError("train.max_steps / train.max_targets must be >= 1")
+        if self.init_from is not None and not self.init_from.strip():
+            raise ValueError("train.init_from: an empty path (leave the key out to start from random weights)")
         for name in ("eval_every", "eval_batches", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
@@ -134,3 +139,50 @@ def one_budget(data: dict, changes: dict) -> dict:
         return data
     other = BUDGETS[1 - BUDGETS.index(changed[0])]
     return {**data, "train": {**data["train"], other: None}}
+
+
+# --- `looped config show` ------------------------------------------------------------------------------------------
+@dataclass
+class ConfigRow:
+    key: str  # dotted, e.g. "train.eval_every"
+    value: Any
+    default: Any  # the value the key takes when a config leaves it out
+    meaning: str | None
+
+
+def describe_config(obj: Any, default: Any = None, prefix: str = "") -> list[ConfigRow]:
+    """Every key of a (nested) config dataclass with its value, default and meaning, in declaration order.
+    A section's default is the section class's own defaults (a model section: its architecture's)."""
+    import dataclasses
+
+    from ..config import meaning_of
+
+    if default is None or type(default) is not type(obj):
+        default = _defaults_of(type(obj))
+    rows = []
+    for f in dataclasses.fields(obj):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += describe_config(value, getattr(default, f.name, None), key)
+        else:
+            rows.append(ConfigRow(key, value, getattr(default, f.name, None), meaning_of(type(obj), f.name)))
+    return rows
+
+
+def _defaults_of(cls: type) -> Any:
+    """An instance of `cls` with every default (None if a field has none); not validated: TrainConfig's defaults
+    alone set no budget."""
+    try:
+        return cls()
+    except TypeError:
+        return None
+
+
+def arch_run_config(arch: str, overrides: list[str] | None = None) -> RunConfig:
+    """The RunConfig of an architecture with its defaults (+ `--set` overrides), trained on its family's default
+    task (reasoning cores on seed 002's tasks, everything else on text)."""
+    family = get_arch(arch).family
+    kind = family if family in ("reasoning", "sequence") else "lm"
+    data = merge({"model": {"arch": arch}, "task": {"kind": kind}}, parse_overrides(overrides or []))
+    return from_dict(RunConfig, data)

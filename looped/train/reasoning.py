@@ -61,7 +61,7 @@ class ReasoningTaskConfig:
     decued: bool = False  # family only: the generator without the shortcut cues (FamilyRelations(decued=True))
     train_difficulties: list[int] | None = None  # None: the task's training range (seed 002)
     train_size: int | None = None  # None: seed 002's size for the task
-    val_size: int = 1000
+    val_size: int = 1000  # validation rows, drawn like the training mix
     steps_range: list[int] | None = None  # training T ~ U{lo..hi}; None: model.steps_range (core), see below
     alpha: float = 0.0  # intermediate-supervision weight; 0 = silent thinking
     same_difficulty_batches: bool = False  # every batch from one difficulty (less padding); else mixed (paper)
@@ -69,7 +69,7 @@ class ReasoningTaskConfig:
     eval_steps: list[int] | None = None  # test budgets (steps x difficulty grid); None: seed 002's
     test_difficulties: list[int] | None = None  # None: the task's test buckets
     test_per_bucket: int | None = None  # None: seed 002's (500 / 500 / 2,000)
-    data_seed: int = 0
+    data_seed: int = 0  # seed of the generated training / validation / test rows
 
     def validate(self) -> None:
         if self.name not in TASK_NAMES:

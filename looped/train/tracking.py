@@ -20,7 +20,7 @@ ID_FILE = "wandb_run_id"
 
 @dataclass
 class WandbConfig:
-    project: str = "looped"
+    project: str = "looped"  # W&B project the run is logged to
     entity: str | None = None  # W&B user or team; None = the default of the logged-in account
     name: str | None = None  # display name; None = the run folder's name
 

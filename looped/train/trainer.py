@@ -165,6 +165,8 @@ class Trainer:
                                 f"checkpoint, delete {self.out_dir} or choose another --out)")
         torch.manual_seed(tc.seed)
         self.model = build_model(cfg.model).to(self.dist.device)
+        if tc.init_from and not self.resume:  # a resume takes every weight from its own checkpoint
+            self._init_from(tc.init_from)
         if tc.compile:  # in place, on the regions the model declares: checkpoints and DDP see the same module
             compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
@@ -219,6 +221,18 @@ class Trainer:
             raise TrainingError("train.tensorboard: the tensorboard package is not installed "
                                 "(pip install 'looped[tensorboard]')") from None
         return SummaryWriter(str(self.out_dir / "tensorboard"))
+
+    def _init_from(self, source: str) -> None:
+        """Load another run's weights (fine-tuning); its model section must equal this run's, key for key."""
+        folder = ckpt.resolve_checkpoint(source, note=self.log)
+        theirs, ours = to_dict(ckpt.read_config(folder).model), to_dict(self.config.model)
+        differing = [f"model.{key} ({theirs.get(key)!r} there, {ours.get(key)!r} here)"
+                     for key in list(ours) + [k for k in theirs if k not in ours] if theirs.get(key) != ours.get(key)]
+        if differing:
+            raise TrainingError(f"train.init_from: {source} has another architecture: {'; '.join(differing)}")
+        ckpt.load_weights(self.model, folder)
+        step = ckpt.checkpoint_step(folder)
+        self.log(f"initialised the weights from {folder}" + (f" (update {step} of that run)" if step >= 0 else ""))
 
     def _restore(self, folder: Path) -> None:
         saved = ckpt.read_config(folder)
