@@ -110,3 +110,53 @@ def test_state_bytes_match_the_decode_state(arch, overrides):
                 model.decode(torch.randint(0, model.config.vocab_size, (batch, context)), state)
             ledger = model_ledger(model, context, depth)
             assert held_state_bytes(state) == batch * ledger.state_bytes(), (arch, context, depth)
+
+
+# --- reasoning rows (seed 002): a forward reads whole problems; no decoding state ----------------------------
+def reasoning_cases() -> list[tuple[str, str]]:
+    return [(arch, kind) for arch in arch_names("reasoning") for kind in get_arch(arch).config_cls.task_kinds]
+
+
+def reasoning_model(arch: str, kind: str):
+    from reasoning_drivers import TASK_OF_KIND
+    torch.manual_seed(0)
+    spec = get_arch(arch)
+    # ACT halts a position once its halting mass passes the threshold; a far negative halting bias keeps every
+    # position running to the budget, the computation the ledger counts
+    extra = {"halting_bias_init": -30.0} if arch == "ut_act" else {}
+    return build_model(spec.config_cls.for_task(TASK_OF_KIND[kind][0], **spec.test_overrides, **extra)).eval()
+
+
+def problems(kind: str, length: int | None):
+    """Three problems, cut to their first `length` positions (None: as sampled): the tasks pad every problem to
+    one size, and FLOPs depend on the shapes only, so a cut gives the second shape."""
+    from looped.data.tasks import ReasoningBatch
+    from reasoning_drivers import rows
+    batch = rows(kind, 3)
+    if length is None:
+        return batch
+    extras = dict(batch.extras)
+    if "adjacency" in extras:
+        extras["adjacency"] = extras["adjacency"][:, :length, :length]
+        extras["query"] = extras["query"].clamp_max(length - 1)
+    return ReasoningBatch(tokens=batch.tokens[:, :length], labels=batch.labels, padding=batch.padding[:, :length],
+                          difficulty=batch.difficulty, extras=extras)
+
+
+def test_every_reasoning_architecture_has_a_ledger():
+    assert all(hasattr(get_arch(a).model_cls, "ledger") for a in arch_names("reasoning"))
+
+
+@pytest.mark.parametrize("arch, kind", reasoning_cases())
+def test_reasoning_forward_flops_match_the_flop_counter(arch, kind):
+    model = reasoning_model(arch, kind)
+    depths = [None] if model.depth_mode == "fixed" else [2, model.config.trained_steps()[1] if arch != "ut_act"
+                                                         else model.config.max_steps]
+    for length in (None, 12):
+        batch = problems(kind, length)
+        n, context = batch.tokens.shape
+        for depth in depths:
+            with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+                model(batch, depth)
+            expected = model_ledger(model, context, depth).forward_flops(n)
+            assert counter.get_total_flops() == pytest.approx(expected, rel=TOLERANCE), (arch, kind, context, depth)
