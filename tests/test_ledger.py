@@ -160,3 +160,34 @@ def test_reasoning_forward_flops_match_the_flop_counter(arch, kind):
                 model(batch, depth)
             expected = model_ledger(model, context, depth).forward_flops(n)
             assert counter.get_total_flops() == pytest.approx(expected, rel=TOLERANCE), (arch, kind, context, depth)
+
+
+# --- `looped params` ----------------------------------------------------------------------------------------
+def test_params_prints_the_ledger_as_text_and_json(capsys):
+    import json
+
+    from looped.cli import main
+    assert main(["params", "workspace", "--context", "256", "--batch", "4"]) == 0
+    text = capsys.readouterr().out
+    for line in ("forward FLOPs per token at context 256, depth 4", "workspace read", "per round: 4 x",
+                 "training FLOPs per update (4 x 256 tokens", "at context 1,024:", "once per forward call"):
+        assert line in text, line
+    assert main(["params", "workspace", "--context", "256", "--depth", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model = build_model(get_arch("workspace").config())
+    expected = model_ledger(model, 256, 6)
+    assert out["total"] == model.parameter_counts()["total"]
+    assert out["ledger"]["forward_flops_per_token"] == expected.per_token
+    assert len(out["ledger"]["round_flops_per_token"]) == 6
+    assert out["ledger"]["state_bytes"] == {"1024": expected.state_bytes(1024), "256": expected.state_bytes(256)}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["params", "rlt", "--context", "0"], "looped: error: --context must be >= 1, got 0"),
+    (["params", "transformer", "--depth", "3"], "looped: error: transformer has a fixed depth"),
+])
+def test_params_user_errors_are_one_line(capsys, argv, message):
+    from looped.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err

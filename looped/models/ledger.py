@@ -78,6 +78,7 @@ class Ledger:
     state_per_token: dict[str, int] = field(default_factory=dict)  # decoding bytes per sequence and position
     state_fixed: dict[str, int] = field(default_factory=dict)  # decoding bytes per sequence, any position
     notes: list[str] = field(default_factory=list)  # what the count leaves out or treats specially
+    decodes: bool = True  # False: the model reads whole inputs (reasoning rows) and keeps no decoding state
 
     @property
     def parts(self) -> dict[str, float]:
@@ -110,7 +111,8 @@ class Ledger:
                    round_flops_per_token=[sum(r.values()) for r in self.rounds],
                    training_flops_per_update={"batch": batch, "tokens": batch * self.context,
                                               "flops": self.training_flops(batch)},
-                   state_bytes={str(L): self.state_bytes(L) for L in (*state_contexts, self.context)})
+                   state_bytes={str(L): self.state_bytes(L) for L in (*state_contexts, self.context)}
+                   if self.decodes else None)
         return out
 
 
@@ -166,6 +168,15 @@ def _si(value: float) -> str:
     return f"{value:.3g} "
 
 
+def _render_state(ledger: Ledger, state_contexts: tuple[int, ...]) -> list[str]:
+    per_token, fixed = sum(ledger.state_per_token.values()), sum(ledger.state_fixed.values())
+    parts = ", ".join(f"{name} {size:,}" for name, size in {**ledger.state_per_token, **ledger.state_fixed}.items())
+    lines = [f"decoding state per sequence: {per_token:,} bytes per token + {fixed:,} bytes ({parts})"]
+    for L in dict.fromkeys((*state_contexts, ledger.context)):
+        lines.append(f"  at context {L:,}: {ledger.state_bytes(L):,} bytes")
+    return lines
+
+
 def render(ledger: Ledger, *, batch: int, state_contexts: tuple[int, ...] = ()) -> str:
     """The ledger as text: per part, per round, training FLOPs per update, state bytes."""
     depth = "" if ledger.depth is None else f", depth {ledger.depth}"
@@ -174,16 +185,13 @@ def render(ledger: Ledger, *, batch: int, state_contexts: tuple[int, ...] = ()) 
     for name, flops in ledger.parts.items():
         lines.append(f"  {name:<28} {_si(flops):>10}FLOP  {100 * flops / total:5.1f} %")
     if ledger.rounds:
-        per_round = ", ".join(_si(sum(r.values())).strip() for r in ledger.rounds)
-        lines.append(f"per {ledger.round_name} ({len(ledger.rounds)}): {per_round} FLOP per token")
+        sums = [_si(sum(r.values())).strip() for r in ledger.rounds]
+        per_round = f"{len(sums)} x {sums[0]}" if len(set(sums)) == 1 else ", ".join(sums)
+        lines.append(f"per {ledger.round_name}: {per_round} FLOP per token")
     for name, flops in ledger.per_call.items():
         lines.append(f"once per forward call: {name} {_si(flops)}FLOP")
     lines.append(f"training FLOPs per update ({batch} x {ledger.context:,} tokens, 3 x forward): "
                  f"{_si(ledger.training_flops(batch))}FLOP")
-    per_token = sum(ledger.state_per_token.values())
-    fixed = sum(ledger.state_fixed.values())
-    lines.append(f"decoding state per sequence: {per_token:,} bytes per token + {fixed:,} bytes")
-    for L in dict.fromkeys((*state_contexts, ledger.context)):
-        lines.append(f"  at context {L:,}: {ledger.state_bytes(L):,} bytes")
+    lines += _render_state(ledger, state_contexts) if ledger.decodes else ["no decoding state (reads whole inputs)"]
     lines += [f"note: {note}" for note in ledger.notes]
     return "\n".join(lines)

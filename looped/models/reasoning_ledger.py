@@ -35,7 +35,7 @@ def recurrent_core_ledger(model, context: int, depth: int | None = None) -> Ledg
     if c.gate:
         step["gate"] = linear_flops(2 * c.dim, c.dim)
     return Ledger(model.arch_name, context, steps, front_and_readout(c, context), [dict(step) for _ in range(steps)],
-                  round_name="step")
+                  round_name="step", decodes=False)
 
 
 def act_ledger(model, context: int, depth: int | None = None) -> Ledger:
@@ -46,13 +46,13 @@ def act_ledger(model, context: int, depth: int | None = None) -> Ledger:
         raise ValueError(f"depth (halting budget) must be in [1, model.max_steps={c.max_steps}], got {steps}")
     step = {**encoder_block(c, context), "halting unit": linear_flops(c.dim, 1)}
     return Ledger(model.arch_name, context, steps, front_and_readout(c, context), [dict(step) for _ in range(steps)],
-                  round_name="step", notes=["ACT stops once every position halted: this is the budget's maximum"])
+                  round_name="step", decodes=False, notes=["ACT stops once every position halted: this is the budget's maximum"])
 
 
 def fixed_transformer_ledger(model, context: int, depth: int | None = None) -> Ledger:
     c = model.config
     return Ledger(model.arch_name, context, None, front_and_readout(c, context),
-                  [encoder_block(c, context) for _ in range(c.layers)], round_name="layer")
+                  [encoder_block(c, context) for _ in range(c.layers)], round_name="layer", decodes=False)
 
 
 def gnn_ledger(model, context: int, depth: int | None = None) -> Ledger:
@@ -61,4 +61,4 @@ def gnn_ledger(model, context: int, depth: int | None = None) -> Ledger:
     layer = {"message mean": linear_flops(context, c.dim),
              "mlp": linear_flops(2 * c.dim, c.ffn_dim) + linear_flops(c.ffn_dim, c.dim)}
     return Ledger(model.arch_name, context, None, front_and_readout(c, context),
-                  [dict(layer) for _ in range(c.layers)], round_name="layer")
+                  [dict(layer) for _ in range(c.layers)], round_name="layer", decodes=False)
