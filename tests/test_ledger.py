@@ -191,3 +191,52 @@ def test_params_user_errors_are_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and "\n" not in err
+
+
+# --- training: cumulative FLOPs in metrics.jsonl and the train.max_flops budget -------------------------------
+def flop_run_config(tmp_path, **train) -> dict:
+    from helpers import tiny_run_config, write_text_corpus
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    config = tiny_run_config(corpus, data={"block_size": 17},
+                             train={"max_steps": None, "eval_every": 0, "eval_batches": 1, "batch_size": 2, **train})
+    config["model"] = {"arch": "shared_loop", "dim": 16, "heads": 2, "ffn_dim": 24, "rounds": 3, "context_length": 16}
+    return config
+
+
+def one_update_flops() -> float:
+    """3 x the forward of 2 blocks of 16 inputs at the trained depth, from the ledger."""
+    model = build_model(get_arch("shared_loop").config(dim=16, heads=2, ffn_dim=24, rounds=3, context_length=16))
+    return model_ledger(model, 16).training_flops(2)
+
+
+def test_max_flops_stops_before_the_update_that_would_exceed_it(tmp_path):
+    import json
+
+    from looped.config import from_dict
+    from looped.train import RunConfig, Trainer
+    per_update = one_update_flops()
+    config = from_dict(RunConfig, flop_run_config(tmp_path, max_flops=3.9 * per_update))
+    summary = Trainer(config, tmp_path / "run", progress=False, log=lambda m: None).run()
+    assert summary["total_steps"] == 3  # a 4th update would spend 4.0 x, past the 3.9 x budget
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    flops = [(e["step"], e["flops"]) for e in logged if "loss" in e]
+    assert flops == [(1, per_update), (2, 2 * per_update), (3, 3 * per_update)]
+
+
+def test_a_flop_budget_below_one_update_is_refused_in_one_line(tmp_path, capsys):
+    from helpers import write_config
+
+    from looped.cli import main
+    config = write_config(tmp_path / "run.yaml", flop_run_config(tmp_path, max_flops=0.5 * one_update_flops()))
+    assert main(["train", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("looped: error: train.max_flops:") and "do not pay for one update" in err
+    assert "\n" not in err
+
+
+def test_a_flop_budget_replaces_the_recipes_step_budget(tmp_path):
+    from looped.train import load_run_config
+    from helpers import write_config
+    config = write_config(tmp_path / "run.yaml", flop_run_config(tmp_path, max_steps=8))
+    train = load_run_config(config, ["train.max_flops=1e9"]).train
+    assert (train.max_steps, train.max_targets, train.max_flops) == (None, None, 1e9)
