@@ -58,15 +58,27 @@ VARIANTS = [(arch, {}) for arch in LM_ARCHS] + [("rlt", {"feedback_interval": 3}
 
 @pytest.mark.parametrize("arch, overrides", VARIANTS, ids=[f"{a}{'-' if o else ''}{'-'.join(o)}" for a, o in VARIANTS])
 def test_forward_flops_match_the_flop_counter(arch, overrides):
-    model = tiny(arch, **overrides)
+    assert_matches_the_counter(tiny(arch, **overrides), two_depths(arch))
+
+
+def assert_matches_the_counter(model, depths) -> None:
     batch = 2
     for context in two_contexts(model):
         tokens = torch.randint(0, model.config.vocab_size, (batch, context))
-        for depth in two_depths(arch):
+        for depth in depths:
             ledger = model_ledger(model, context, depth)
             expected = ledger.forward_flops(batch) - invisible_flops(model, ledger, batch)
             counted = counted_flops(model, tokens, depth)
-            assert counted == pytest.approx(expected, rel=TOLERANCE), (arch, context, depth, ledger.parts)
+            assert counted == pytest.approx(expected, rel=TOLERANCE), (model.arch_name, context, depth, ledger.parts)
+
+
+def test_a_plugin_loop_inherits_a_true_ledger(monkeypatch):
+    """examples/input_injection.py adds only elementwise work to LoopedLM: the inherited ledger holds for it."""
+    from pathlib import Path
+    example = Path(__file__).resolve().parents[1] / "examples" / "input_injection.py"
+    monkeypatch.setenv("LOOPED_PLUGINS", str(example))
+    assert "injected_loop" in arch_names("lm")
+    assert_matches_the_counter(tiny("injected_loop"), two_depths("injected_loop"))
 
 
 def invisible_flops(model, ledger, batch: int) -> float:

@@ -60,7 +60,7 @@ def rlt_ledger(model, context: int, depth: int | None = None) -> Ledger:
     per_token = {"encoder kv cache": c.encoder_layers * 2 * d * size}
     fixed = {"decoder windows": c.decoder_layers * 2 * (c.window - 1) * d * size}
     if c.decoder_layers:
-        per_token["memory kv"] = (c.memory_groups if c.decoder_layers else 0) * 2 * d * size
+        per_token["memory kv"] = c.memory_groups * 2 * d * size
     if model.merge is not None and L >= c.feedback_interval:  # h exists once a chunk is complete
         fixed["feedback register"] = d * size
     return Ledger(model.arch_name, context, None, {name: flops / L for name, flops in totals.items()}, layers,
