@@ -277,3 +277,20 @@ def test_params_of_a_model_without_a_ledger_still_prints_its_counts(capsys):
     print_params(model, model.parameter_counts(), None, args)
     out = capsys.readouterr().out
     assert "no_ledger: 9 parameters" in out and "no compute ledger: no_ledger does not describe its compute" in out
+
+
+def test_per_call_work_is_paid_by_every_micro_batch(tmp_path):
+    """The workspace fold runs once per forward call: an update in two micro-batches pays it twice."""
+    import json
+
+    from looped.config import from_dict
+    from looped.train import RunConfig, Trainer
+    model = {"arch": "workspace", "dim": 12, "heads": 2, "ffn_dim": 16, "rounds": 2, "slots": 2, "slot_dim": 3,
+             "context_length": 16}
+    config = flop_run_config(tmp_path, max_steps=1, micro_batch_size=1)
+    config["model"] = model
+    Trainer(from_dict(RunConfig, config), tmp_path / "run", progress=False, log=lambda m: None).run()
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    ledger = model_ledger(build_model(get_arch("workspace").config(**model)), 16)
+    assert ledger.per_call
+    assert [e["flops"] for e in logged if "loss" in e] == [ledger.training_flops(2, calls=2)]

@@ -92,13 +92,13 @@ class Ledger:
     def per_token(self) -> float:
         return sum(self.parts.values())
 
-    def forward_flops(self, batch: int) -> float:
-        """One forward over `batch` sequences of `context` tokens."""
-        return self.per_token * batch * self.context + sum(self.per_call.values())
+    def forward_flops(self, batch: int, calls: int = 1) -> float:
+        """Forward over `batch` sequences of `context` tokens, in `calls` forward calls (micro-batches)."""
+        return self.per_token * batch * self.context + calls * sum(self.per_call.values())
 
-    def training_flops(self, batch: int) -> float:
-        """One update on `batch` sequences of `context` tokens (see the module docstring)."""
-        return TRAINING_FACTOR * self.forward_flops(batch)
+    def training_flops(self, batch: int, calls: int = 1) -> float:
+        """One update on `batch` sequences of `context` tokens in `calls` micro-batches (module docstring)."""
+        return TRAINING_FACTOR * self.forward_flops(batch, calls)
 
     def state_bytes(self, context: int | None = None) -> int:
         """Decoding state of one sequence after `context` tokens (default: this ledger's context)."""

@@ -12,12 +12,13 @@ import math
 from ..models.ledger import model_ledger
 
 
-def flops_per_update(model, config, task) -> float | None:
+def flops_per_update(model, config, task, calls: int = 1) -> float | None:
     """Training FLOPs of one update (3 x forward, the ledger's convention), or None where they are not fixed.
-    Work the ledger counts once per forward call (the workspace fold) is counted once per update."""
+    `calls`: forward calls per update over every process (processes x accumulation steps); work the ledger counts
+    once per call (the workspace fold) is paid per call. Held-out evaluation is not training and is not counted."""
     if config.task.kind != "lm" or not hasattr(model, "ledger"):
         return None
-    return model_ledger(model, task.targets_per_sequence).training_flops(config.train.batch_size)
+    return model_ledger(model, task.targets_per_sequence).training_flops(config.train.batch_size, calls)
 
 
 def budget_steps(train_config, targets_per_update: int, update_flops: float | None) -> int:

@@ -170,7 +170,8 @@ class Trainer:
             compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
-        self.flops_per_update = flops_per_update(self.model, cfg, self.task)  # None: not fixed (non-LM tasks)
+        self.flops_per_update = flops_per_update(self.model, cfg, self.task,  # None: not fixed (non-LM tasks)
+                                                 calls=self.dist.world * self.accumulation)
         self.total_steps = budget_steps(tc, self.targets_per_update, self.flops_per_update)
         if self.fsdp:  # shard before the optimizer sees the parameters; resumed weights are loaded unsharded
             from .fsdp import shard
