@@ -63,5 +63,9 @@ def rlt_ledger(model, context: int, depth: int | None = None) -> Ledger:
         per_token["memory kv"] = c.memory_groups * 2 * d * size
     if model.merge is not None and L >= c.feedback_interval:  # h exists once a chunk is complete
         fixed["feedback register"] = d * size
+    notes = []
+    if c.decoder_layers and max(z - a for a, z in model.chunks(0, L)) > 1:
+        notes.append("a chunk of n positions gives the masked window kernel W-1+n keys per query (W visible): "
+                     "counted as computed")
     return Ledger(model.arch_name, context, None, {name: flops / L for name, flops in totals.items()}, layers,
-                  round_name="decoder layer", state_per_token=per_token, state_fixed=fixed)
+                  round_name="decoder layer", state_per_token=per_token, state_fixed=fixed, notes=notes)
