@@ -294,3 +294,25 @@ def test_per_call_work_is_paid_by_every_micro_batch(tmp_path):
     ledger = model_ledger(build_model(get_arch("workspace").config(**model)), 16)
     assert ledger.per_call
     assert [e["flops"] for e in logged if "loss" in e] == [ledger.training_flops(2, calls=2)]
+
+
+# --- `looped plot --x flops` ----------------------------------------------------------------------------------
+def test_plot_against_training_flops(tmp_path, capsys):
+    import json
+
+    from looped.cli import main
+    from looped.eval.curves import series
+    lines = [{"step": 1, "loss": 3.0, "flops": 5e9}, {"step": 2, "loss": 2.5, "flops": 1e10},
+             {"step": 2, "val_loss": 2.6}]
+    assert series(lines, "val_loss", "flops") == ([1e10], [2.6])  # an evaluation line takes its update's count
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert main(["plot", str(run), "--x", "flops", "--metrics", "loss", "--out", str(tmp_path / "p.png")]) == 0
+    assert "@ flops 10,000,000,000" in capsys.readouterr().out
+    old = tmp_path / "old"  # a run logged before the field: refused in one line, not drawn at 0
+    old.mkdir()
+    (old / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 3.0}) + "\n")
+    assert main(["plot", str(old), "--x", "flops", "--out", str(tmp_path / "q.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "looped: error: old: its metrics carry no 'flops' to plot against (--x step works for every run)"
