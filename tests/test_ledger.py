@@ -202,6 +202,9 @@ def test_params_prints_the_ledger_as_text_and_json(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["params", "rlt", "--context", "0"], "looped: error: --context must be >= 1, got 0"),
     (["params", "transformer", "--depth", "3"], "looped: error: transformer has a fixed depth"),
+    (["params", "gnn", "--depth", "3"], "looped: error: gnn has a fixed depth"),
+    (["params", "fixed_transformer", "--depth", "3"], "looped: error: fixed_transformer has a fixed depth"),
+    (["params", "drt", "--depth", "99"], "looped: error: steps 99 > model.depth_rows"),
 ])
 def test_params_user_errors_are_one_line(capsys, argv, message):
     from looped.cli import main

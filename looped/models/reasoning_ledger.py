@@ -49,7 +49,13 @@ def act_ledger(model, context: int, depth: int | None = None) -> Ledger:
                   round_name="step", decodes=False, notes=["ACT stops once every position halted: this is the budget's maximum"])
 
 
+def refuse_depth(model, depth: int | None) -> None:
+    if depth is not None:
+        raise ValueError(f"{model.arch_name} has a fixed depth; a step budget does not apply")
+
+
 def fixed_transformer_ledger(model, context: int, depth: int | None = None) -> Ledger:
+    refuse_depth(model, depth)
     c = model.config
     return Ledger(model.arch_name, context, None, front_and_readout(c, context),
                   [encoder_block(c, context) for _ in range(c.layers)], round_name="layer", decodes=False)
@@ -57,6 +63,7 @@ def fixed_transformer_ledger(model, context: int, depth: int | None = None) -> L
 
 def gnn_ledger(model, context: int, depth: int | None = None) -> Ledger:
     """Per layer: the in-neighbour mean as a (L x L) @ (L x d) product, and the two-matrix update on [x; mean]."""
+    refuse_depth(model, depth)
     c = model.config
     layer = {"message mean": linear_flops(context, c.dim),
              "mlp": linear_flops(2 * c.dim, c.ffn_dim) + linear_flops(c.ffn_dim, c.dim)}
