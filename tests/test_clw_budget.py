@@ -58,7 +58,7 @@ def test_solver():
 
 def test_params_cli_reports_components_and_solves(capsys):
     from looped.cli import main
-    assert main(["params", str(ROOT / "full/small/workspace.yaml")]) == 0
+    assert main(["params", str(ROOT / "full/small/workspace.yaml"), "--json"]) == 0
     out = capsys.readouterr().out
     assert '"total": 918383' in out and '"workspace"' in out
     assert main(["params", "workspace", "--set", "model.dim=192", "--set", "model.heads=6",

@@ -223,8 +223,10 @@ def cmd_params(args) -> int:
     from ..models.budget import solve_ffn
     from ..train import load_run_config
 
+    run_config = None
     if args.target.endswith((".yaml", ".yml")) or Path(args.target).is_file():
-        model_config = load_run_config(args.target, args.set).model
+        run_config = load_run_config(args.target, args.set)
+        model_config = run_config.model
     else:  # an architecture name with its defaults (+ --set model.x=...)
         from ..config import parse_overrides
 
@@ -238,9 +240,44 @@ def cmd_params(args) -> int:
                           "difference": total - args.solve_ffn}, indent=2))
         return 0
     with torch.device("meta"):  # counting needs no memory, even at 100M parameters
-        counts = build_model(model_config).parameter_counts()
-    print(json.dumps({"arch": model_config.arch, **counts}, indent=2))
+        model = build_model(model_config)
+    counts = model.parameter_counts()
+    print_params(model, counts, run_config, args)
     return 0
+
+
+STATE_CONTEXT = 1024  # `looped params` reports the decoding state here besides the config's own context
+
+
+def print_params(model, counts: dict[str, int], run_config, args) -> None:
+    """Parameter counts and the compute ledger (looped/models/ledger.py), as text or (--json) JSON."""
+    from ..models.ledger import model_ledger, render
+
+    config = model.config
+    if args.context is not None:
+        context = args.context
+    elif run_config is not None and run_config.task.kind == "lm":
+        context = run_config.data.block_size - 1  # the inputs of one training block
+    else:
+        context = getattr(config, "context_length", None) or config.max_length
+    for name in ("context", "batch"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    batch = args.batch or (run_config.train.batch_size if run_config is not None else 1)
+    # an architecture without a ledger (a plugin) still gets its parameter counts
+    ledger = model_ledger(model, context, args.depth) if hasattr(model, "ledger") else None
+    missing = f"{config.arch} does not describe its compute (no `ledger` method)"
+    states = (STATE_CONTEXT,) if ledger is not None and ledger.state_per_token else ()
+    if args.json:
+        out = {"arch": config.arch, **counts}
+        out["ledger"] = ledger.to_dict(batch=batch, state_contexts=states) if ledger else {"error": missing}
+        print(json.dumps(out, indent=2))
+        return
+    print(f"{config.arch}: {counts['total']:,} parameters")
+    for name, count in counts.items():
+        if name != "total":
+            print(f"  {name:<28} {count:>12,}")
+    print(render(ledger, batch=batch, state_contexts=states) if ledger else f"no compute ledger: {missing}")
 
 
 def cmd_quickstart(args) -> int:
@@ -324,16 +361,24 @@ def add_commands(sub) -> None:
     p = sub.add_parser("plot", help="training curves of one or more runs side by side (PNG + text summary)")
     p.add_argument("runs", nargs="+", help="run folders (or their metrics.jsonl files)")
     p.add_argument("--metrics", nargs="+", help="default: loss, val_loss and the run's headline score")
-    p.add_argument("--x", default="step", choices=["step", "targets"], help="x axis (default step)")
+    p.add_argument("--x", default="step", choices=["step", "targets", "flops"],
+                   help="x axis (default step; flops: cumulative training FLOPs, LM runs)")
     p.add_argument("--smooth", type=float, default=0.6, help="EMA weight for the training loss, 0 = raw (default 0.6)")
     p.add_argument("--labels", nargs="+", help="legend names, one per run (default: folder names)")
     p.add_argument("--out", help="PNG path (default: RUN/curves.png for one run, ./curves.png for several)")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("params", help="parameter counts by component, as JSON")
+    p = sub.add_parser("params", help="parameter counts and the compute ledger: FLOPs by part and round, "
+                                      "training FLOPs per update, decoding-state bytes")
     p.add_argument("target", help="a YAML config or an architecture name")
     p.add_argument("--solve-ffn", type=int, metavar="COUNT",
                    help="print the ffn_dim whose total parameter count is closest to COUNT")
+    p.add_argument("--context", type=int, help="tokens per sequence the ledger is for (default: a "
+                   "config's training block inputs, else the model's context length)")
+    p.add_argument("--depth", type=int, help="rounds / steps (default: the trained depth)")
+    p.add_argument("--batch", type=int, help="sequences per update for the training FLOPs "
+                   "(default: a config's train.batch_size, else 1)")
+    p.add_argument("--json", action="store_true", help="print JSON (counts and ledger)")
     add_set(p)
     p.set_defaults(func=cmd_params)
 

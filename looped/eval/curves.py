@@ -23,8 +23,8 @@ from .plot_labels import describe_run, y_label
 
 # Shown when --metrics is not given: the training loss, the held-out loss, and the first headline score present.
 HEADLINE = ("val_bits_per_byte", "val_bits_per_symbol", "val_accuracy", "val_final_state_accuracy")
-X_AXES = ("step", "targets")
-X_LABELS = {"step": "optimizer update", "targets": "training targets"}
+X_AXES = ("step", "targets", "flops")  # flops: cumulative training FLOPs (the compute ledger; LM runs)
+X_LABELS = {"step": "optimizer update", "targets": "training targets", "flops": "training FLOPs"}
 
 
 class CurveError(ValueError):
@@ -53,16 +53,17 @@ def read_metrics(run: Path) -> list[dict]:
 
 
 def series(lines: list[dict], metric: str, x: str) -> tuple[list[float], list[float]]:
-    """(xs, ys) of every line that has both `metric` and the x axis. Evaluation lines carry no `targets`, so
-    for x = targets they take the targets of the last training line at or before their step."""
-    xs, ys, targets_at = [], [], {}
-    last_targets = 0
+    """(xs, ys) of every line that has both `metric` and the x axis. Evaluation lines carry no `targets` or
+    `flops` (cumulative counts of the training lines), so for those axes they take the count of the last
+    training line at or before their step."""
+    xs, ys, count_at = [], [], {}
+    last_count = 0
     for line in lines:
-        if "targets" in line and "step" in line:
-            last_targets = line["targets"]
-            targets_at[line["step"]] = last_targets
+        if x in line and "step" in line:
+            last_count = line[x]
+            count_at[line["step"]] = last_count
         if metric in line and isinstance(line[metric], (int, float)):
-            position = line.get("step") if x == "step" else targets_at.get(line.get("step"), last_targets)
+            position = line.get("step") if x == "step" else count_at.get(line.get("step"), last_count)
             if position is not None:
                 xs.append(float(position))
                 ys.append(float(line[metric]))
@@ -127,6 +128,8 @@ def curves_figure(runs: list[Path], *, metrics: list[str] | None = None, x: str 
         raise CurveError("--labels: two runs have the same label")
     metrics = metrics or default_metrics(data)
     for label, lines in data.items():
+        if not any(x in line for line in lines):  # runs from before the field, or tasks without a fixed count
+            raise CurveError(f"{label}: its metrics carry no {x!r} to plot against (--x step works for every run)")
         missing = [m for m in metrics if m not in available(lines)]
         if missing:
             raise CurveError(f"{label}: no metric {missing[0]!r} (it has: {', '.join(sorted(available(lines)))})")

@@ -6,6 +6,7 @@
     logits = model.decode(prompt, state)        # prefill: consumes (batch, n) tokens, advances state
     logits = model.decode(next_token, state)    # then one (or a chunk of) token(s) at a time
     model.parameter_counts()                    # {"component": count, ..., "total": count}
+    model.ledger(context, depth)                # optional: FLOPs and decoding-state bytes (models/ledger.py)
 
 Incremental decoding must equal the full forward pass (tests/drivers check it for every registered arch).
 """

@@ -39,6 +39,7 @@ from torch import nn
 
 from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
+from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .registry import register
 
 
@@ -78,6 +79,7 @@ class LoopState(DecodeState):
     rounds_used: list[torch.Tensor] = field(default_factory=list)  # (batch, n) per decode call, with early exit
     # workspace rows, decoding without gradients: Workspace.fold() and the parameter versions it was made from
     folded: tuple[tuple, tuple[torch.Tensor, ...]] | None = None
+    cached_fields = ("folded", "rounds_used")  # not per-sequence state: a parameter cache and a record
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
@@ -274,6 +276,34 @@ class LoopedLM(CausalLM):
     def readout(self, e: torch.Tensor, exits: list[torch.Tensor]) -> torch.Tensor:
         return exits[-1]
 
+    # compute ledger (looped/models/ledger.py) ------------------------------------------------------------
+    def ledger(self, context: int, depth: int | None = None) -> Ledger:
+        """Per-token FLOPs of a forward of `context` tokens at `depth` rounds (default: the trained depth),
+        and the decoding state: every round keeps its own KV cache of the shared block."""
+        c, rounds = self.config, self.resolve_rounds(depth)
+        block = block_flops(c.dim, c.ffn_dim, context)
+        per_round = [{**self.round_extra_flops(), **block} for _ in range(rounds)]
+        outside = {"head": linear_flops(c.dim, c.vocab_size), **self.readout_flops()}
+        size = item_bytes(self)
+        return Ledger(self.arch_name, context, rounds, outside, per_round, per_call=self.call_flops(),
+                      state_per_token={"kv cache": rounds * 2 * c.dim * size},
+                      state_fixed=self.fixed_state_bytes(rounds, size))
+
+    def round_extra_flops(self) -> dict[str, float]:
+        """Per-token FLOPs a round adds to the shared block (anchor, workspace)."""
+        return {}
+
+    def readout_flops(self) -> dict[str, float]:
+        """Per-token FLOPs of the exit readout beyond the head (the adaptive-exit router)."""
+        return {}
+
+    def call_flops(self) -> dict[str, float]:
+        """FLOPs done once per forward call whatever its length (the workspace fold)."""
+        return {}
+
+    def fixed_state_bytes(self, rounds: int, size: int) -> dict[str, int]:
+        return {}
+
     # protocol ------------------------------------------------------------------------------------------
     def anchor_embedding(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
         positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
@@ -368,6 +398,9 @@ class AdaptiveExit(LoopedLM):
     def build_extras(self) -> None:
         self.router = nn.Linear(self.config.dim, self.config.rounds)  # W_exit, b_exit
 
+    def readout_flops(self) -> dict[str, float]:
+        return {"exit router": linear_flops(self.config.dim, self.config.rounds)}  # once, on the anchor e
+
     def readout(self, e, exits):
         pi = torch.softmax(self.router(e), dim=-1)  # (b, l, R)
         trained, used = pi.shape[-1], len(exits)
@@ -384,6 +417,10 @@ class _Anchored(LoopedLM):
 
     def block_input(self, r, e, h, state, aux):
         return self.anchor(e, h)
+
+    def round_extra_flops(self) -> dict[str, float]:
+        d = self.config.dim
+        return {"anchor": linear_flops(2 * d, d) + linear_flops(d, d)}  # F_a([e; h]) (eq. 2)
 
 
 @register("anchored_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
@@ -454,6 +491,27 @@ class WorkspaceLoop(_Anchored):
             memory = rho * aux["memory"] + (1 - rho) * memory
         aux["memory"] = memory
         return ws.combine_norm(u + ws.read(alpha, memory))
+
+    def round_extra_flops(self) -> dict[str, float]:
+        """The anchor plus the workspace: one projection to gates, values and the query side, then the read.
+        Recomputed (read_recomputed): the projection yields slot logits, gates and [v | 1] per slot, S + S +
+        S (m+1) columns; the read mixes S slots of m (2 S m) and projects m -> d. With retention (project /
+        slot_weights / read): gates, values and the query (S + S m + m columns), the slot address q . k_s
+        (2 m S), the mix (2 S m) and the output projection."""
+        c = self.config
+        d, S, m = c.dim, c.slots, c.slot_dim
+        columns = S + S * m + m if self.retain else 2 * S + S * (m + 1)
+        address = linear_flops(m, S) if self.retain else 0
+        return {**super().round_extra_flops(), "workspace write+query": linear_flops(d, columns),
+                "workspace read": address + linear_flops(S, m) + linear_flops(m, d)}
+
+    def call_flops(self) -> dict[str, float]:
+        c = self.config  # Workspace.fold: the slot keys times the query projection, k_s^T W_q (S x m x d)
+        return {} if self.retain else {"workspace fold": c.slots * linear_flops(c.slot_dim, c.dim)}
+
+    def fixed_state_bytes(self, rounds: int, size: int) -> dict[str, int]:
+        c = self.config  # the running sums [N | D] of every round, (S, m+1) per sequence
+        return {"workspace sums": rounds * c.slots * (c.slot_dim + 1) * size}
 
     def fold_for(self, state: LoopState | None) -> tuple[torch.Tensor, ...]:
         """Workspace.fold(), reused across the decode calls of one state while no parameter changed (the

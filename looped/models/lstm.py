@@ -23,6 +23,7 @@ from torch import nn
 
 from ..nn import RMSNorm
 from .base import CausalLM, DecodeState, LMConfig
+from .ledger import Ledger, item_bytes, linear_flops
 from .registry import register
 
 
@@ -67,6 +68,14 @@ class LSTMLM(CausalLM):
 
     def parameter_components(self) -> dict[str, list[str]]:
         return {"embedding": ["embed"], "lstm": ["lstm"], "readout": ["out_norm", "head"]}
+
+    def ledger(self, context: int, depth: int | None = None) -> Ledger:
+        """Per token: the four gates from x_t and h_{t-1} (d -> 4d twice) and the head; the state is h and c."""
+        self.resolve_rounds(depth)
+        d, vocab = self.config.dim, self.config.vocab_size
+        outside = {"lstm": linear_flops(2 * d, 4 * d), "head": linear_flops(d, vocab)}
+        return Ledger(self.arch_name, context, None, outside, [], state_fixed={"lstm h, c": 2 * d * item_bytes(self)},
+                      notes=["nn.LSTM is one fused operator: torch's FlopCounterMode counts 0 for it"])
 
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
         self.resolve_rounds(rounds)

@@ -29,6 +29,7 @@ from ..data.tasks.base import ReasoningBatch
 from ..nn import LayerNorm
 from .reasoning import (EncoderBlock, PonderStats, Perception, Readout, ReasoningConfig, ReasoningModel,
                         ReasoningTrace, attention_mask, masked_mean, reasoning_loss)
+from .reasoning_ledger import act_ledger, fixed_transformer_ledger, gnn_ledger
 from .registry import register
 
 # ============================================================================ fixed-depth Transformer
@@ -58,6 +59,7 @@ class FixedDepthTransformer(ReasoningModel):
 
     depth_mode = "fixed"  # `steps` changes nothing: one pass serves every budget
     compiled_methods = ("apply_layers",)
+    ledger = fixed_transformer_ledger  # FLOPs by part and layer (looped/models/reasoning_ledger.py)
 
     def __init__(self, config: FixedTransformerConfig):
         super().__init__()
@@ -138,6 +140,7 @@ class FixedDepthGNN(ReasoningModel):
 
     depth_mode = "fixed"  # `steps` changes nothing: one pass serves every budget
     compiled_methods = ("apply_layers",)
+    ledger = gnn_ledger
 
     def __init__(self, config: GNNConfig):
         super().__init__()
@@ -206,6 +209,7 @@ class UniversalTransformerACT(ReasoningModel):
 
     depth_mode = "halting"  # the budget changes the whole computation: one pass per budget
     compiled_methods = ("act_step",)
+    ledger = act_ledger
 
     def __init__(self, config: UniversalTransformerConfig):
         super().__init__()

@@ -46,6 +46,7 @@ from torch import nn
 from ..data.tasks.base import ReasoningBatch
 from .reasoning import (EncoderBlock, Perception, Readout, ReasoningConfig, ReasoningModel, ReasoningTrace,
                         attention_mask, masked_mean)
+from .reasoning_ledger import recurrent_core_ledger
 from .registry import register
 
 # ============================================================================ configs
@@ -105,6 +106,7 @@ class DepthRecurrentCore(ReasoningModel):
 
     depth_mode = "per_step"  # the state after step t does not depend on the budget T
     compiled_methods = ("update",)
+    ledger = recurrent_core_ledger  # FLOPs by part and step (looped/models/reasoning_ledger.py)
 
     def __init__(self, config: DepthRecurrentConfig):
         super().__init__()

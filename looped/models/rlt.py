@@ -62,6 +62,7 @@ from torch.utils.checkpoint import checkpoint
 from ..nn import KVCache, MultiHeadAttention, RMSNorm, RotaryEmbedding, SwiGLU, position_mask
 from .base import CausalLM, DecodeState, LMConfig
 from .registry import register
+from .rlt_ledger import baseline_ledger, rlt_ledger
 
 
 @dataclass
@@ -272,6 +273,7 @@ class RLT(CausalLM):
     # non-negative"); with fixed windows only the memory span and the chunk size vary between calls, and
     # they become dynamic after the first change.
     compiled_methods = ("decoder_step",)
+    ledger = rlt_ledger  # FLOPs and state bytes (looped/models/rlt_ledger.py)
 
     def __init__(self, config: RLTConfig):
         super().__init__()
@@ -558,6 +560,7 @@ class RLTBaseline(CausalLM):
     """The paper's 'Transformer 8': the RLT encoder block stacked `layers` times, RMSNorm, tied readout."""
 
     compiled_methods = ("compute",)
+    ledger = baseline_ledger
 
     def __init__(self, config: RLTBaselineConfig):
         super().__init__()

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
+from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .registry import register
 
 
@@ -71,6 +72,14 @@ class Transformer(CausalLM):
         for block in self.blocks:
             x = block(x)
         return self.head(self.final_norm(x))
+
+    def ledger(self, context: int, depth: int | None = None) -> Ledger:
+        """Per-token FLOPs by layer (untied blocks) and the KV caches (looped/models/ledger.py)."""
+        c = self.config
+        self.resolve_rounds(depth)
+        layers = [block_flops(c.dim, c.ffn_dim, context) for _ in range(c.layers)]
+        return Ledger(self.arch_name, context, None, {"head": linear_flops(c.dim, c.vocab_size)}, layers,
+                      round_name="layer", state_per_token={"kv cache": c.layers * 2 * c.dim * item_bytes(self)})
 
     def init_state(self, batch: int, *, rounds: int | None = None) -> TransformerState:
         self.resolve_rounds(rounds)

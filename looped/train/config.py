@@ -35,13 +35,17 @@ class OptimConfig:
             raise ValueError("optim.warmup_steps, grad_clip, weight_decay and min_lr must be >= 0")
 
 
+BUDGETS = ("max_steps", "max_targets", "max_flops")  # a run sets exactly one
+
+
 @dataclass
 class TrainConfig:
     seed: int = 11  # initial weights and (historical sampler) data order
     batch_size: int = 8  # sequences per optimizer update, summed over processes
     micro_batch_size: int | None = None  # sequences per forward/backward and process; None = no accumulation
     max_steps: int | None = None  # budget in optimizer updates ...
-    max_targets: int | None = None  # ... or in scored targets (exactly one of the two)
+    max_targets: int | None = None  # ... or in scored targets ...
+    max_flops: float | None = None  # ... or in training FLOPs (the compute ledger, 3 x forward; exactly one of the three)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast forward passes (weights stay fp32)
     eval_every: int = 0  # optimizer updates between held-out evaluations; 0 = only at the end
     eval_batches: int = 0  # held-out batches per evaluation; 0 = the whole held-out stream
@@ -60,15 +64,15 @@ class TrainConfig:
     init_from: str | None = None
 
     def validate(self) -> None:
-        if (self.max_steps is None) == (self.max_targets is None):
-            raise ValueError("train.max_steps / train.max_targets: set exactly one training budget")
+        if sum(getattr(self, name) is not None for name in BUDGETS) != 1:
+            raise ValueError("train.max_steps / train.max_targets / train.max_flops: set exactly one training budget")
         for name in ("batch_size", "eval_batch_size", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if (self.max_steps or 1) < 1 or (self.max_targets or 1) < 1:
-            raise ValueError("train.max_steps / train.max_targets must be >= 1")
+        if any((getattr(self, name) or 1) < 1 for name in BUDGETS):
+            raise ValueError("train.max_steps / train.max_targets / train.max_flops must be >= 1")
         if self.init_from is not None and not self.init_from.strip():
             raise ValueError("train.init_from: an empty path (leave the key out to start from random weights)")
         for name in ("eval_every", "eval_batches", "checkpoint_every"):
@@ -99,6 +103,9 @@ class RunConfig:
         return get_arch(section["arch"]).config_cls
 
     def validate(self) -> None:
+        if self.train.max_flops is not None and self.task.kind != "lm":
+            raise ValueError(f"train.max_flops: task.kind {self.task.kind!r} varies its FLOPs per update; a FLOP "
+                             f"budget needs task.kind 'lm' (set train.max_steps or train.max_targets)")
         if self.task.kind == "lm" and self.data.block_size - 1 > self.model.context_length:
             raise ValueError(f"model.context_length: {self.model.context_length} is shorter than the "
                              f"{self.data.block_size - 1} inputs of a data.block_size {self.data.block_size} block")
@@ -128,17 +135,14 @@ QUICKSTART = {
               "select": "last", "log_every": 10},
 }
 
-BUDGETS = ("max_steps", "max_targets")
-
-
 def one_budget(data: dict, changes: dict) -> dict:
-    """An override of one training budget replaces the other one (`--set train.max_steps=50` on a recipe that
-    counts targets), unless the override sets both."""
+    """An override of one training budget replaces the others (`--set train.max_steps=50` on a recipe that
+    counts targets), unless the override sets several."""
     changed = [key for key in BUDGETS if key in (changes.get("train") or {})]
     if len(changed) != 1 or not isinstance(data.get("train"), dict):
         return data
-    other = BUDGETS[1 - BUDGETS.index(changed[0])]
-    return {**data, "train": {**data["train"], other: None}}
+    others = {key: None for key in BUDGETS if key != changed[0]}
+    return {**data, "train": {**data["train"], **others}}
 
 
 # --- `looped config show` ------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from ..io import atomic_write_text
 from ..models import build_model
 from ..models.compile import compile_model
 from . import checkpoint as ckpt
+from .compute import budget_steps, flops_per_update
 from .config import RunConfig
 from .distributed import Dist, all_mean, any_rank, barrier, init_distributed, shutdown
 from .run_folder import RunLock, existing_run, read_metrics
@@ -55,7 +56,7 @@ class TrainingInterrupted(TrainingError):
 # Keys --resume may change: they do not change the updates done so far (budget, logging, evaluation and
 # checkpoint cadence, threads, default checkpoint selection). Anything else would silently mix two runs.
 RESUMABLE_KEYS = frozenset(f"train.{k}" for k in (
-    "max_steps", "max_targets", "log_every", "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every",
+    "max_steps", "max_targets", "max_flops", "log_every", "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every",
     "threads", "tensorboard", "select",
     # how a run is spread over processes and where it is logged do not change what it computes: a DDP or FSDP
     # checkpoint resumes in one process, W&B can be turned on later
@@ -171,7 +172,9 @@ class Trainer:
             compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
-        self.total_steps = tc.max_steps or math.ceil(tc.max_targets / self.targets_per_update)
+        self.flops_per_update = flops_per_update(self.model, cfg, self.task,  # None: not fixed (non-LM tasks)
+                                                 calls=self.dist.world * self.accumulation)
+        self.total_steps = budget_steps(tc, self.targets_per_update, self.flops_per_update)
         if self.fsdp:  # shard before the optimizer sees the parameters; resumed weights are loaded unsharded
             from .fsdp import shard
 
@@ -249,7 +252,7 @@ class Trainer:
             raise ckpt.CheckpointError(f"{folder / 'trainer.json'}: unreadable ({err})") from None
         if meta["step"] > self.total_steps:
             raise TrainingError(f"--resume: the run is at update {meta['step']}, past the budget of "
-                                f"{self.total_steps} updates; raise train.max_steps / train.max_targets")
+                                f"{self.total_steps} updates; raise train.max_steps / train.max_targets / train.max_flops")
         if meta.get("world") not in (None, self.dist.world) and self.config.data.sampler == "historical":
             self.log(f"resuming a {meta['world']}-process run with {self.dist.world} process(es)")
         optim_tensors = {k: v.to(self.dist.device) for k, v in tensors.items()}
@@ -310,7 +313,7 @@ class Trainer:
                     tps = window_targets / max(elapsed, 1e-9)
                     self._record({"step": self.step, "loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
                                   "grad_norm": grad_norm, "targets": self.step * self.targets_per_update,
-                                  "tokens_per_s": tps})
+                                  "tokens_per_s": tps, **self._flops_so_far()})
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}")
                     window_start, window_targets = time.perf_counter(), 0
                 bar.update(1)
@@ -332,6 +335,10 @@ class Trainer:
         shutdown(self.dist)
         return {"step": self.step, "total_steps": self.total_steps, "eval": last_eval,
                 "best_step": self.best_step, "best_loss": self.best_loss}
+
+    def _flops_so_far(self) -> dict:
+        """Cumulative training FLOPs (the compute ledger) for a metrics line; nothing where they are not fixed."""
+        return {} if self.flops_per_update is None else {"flops": self.step * self.flops_per_update}
 
     def _stop_on_signal(self, name: str) -> None:
         if self.saved_step != self.step:
