@@ -111,12 +111,13 @@ def aggregate_over_seeds(records: Iterable[dict], *, keys: Sequence[str] = ("row
 def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path: str | Path, *,
                        metric: str = "final_state_accuracy", rows: Sequence[str] | None = None,
                        labels: dict[str, str] | None = None, title: str | None = None,
-                       train_range: tuple[int, int] | None = None, variant: str | None = None, ax=None) -> Path | None:
+                       train_range: tuple[int, int] | None = None, variant: str | None = None, ax=None,
+                       colors: dict[str, str] | None = None) -> Path | None:
     """Accuracy (%) against test length, one line per row with sample-SD error bars (not clipped), the
     trained lengths shaded grey and uniform-prediction accuracy dotted, as in seed 003 Figs. 6 and 8.
 
     table: aggregate_over_seeds output (keys row, length). With `ax` the panel is drawn there and nothing is
-    saved (for multi-panel figures)."""
+    saved (for multi-panel figures); `colors` {row: colour} keeps a row's colour the same across panels."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -138,7 +139,7 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
         xs = [r["length"] for r in points]
         ys = [100 * r[metric] for r in points]
         sds = [0.0 if math.isnan(r.get(f"{metric}_sd", math.nan)) else 100 * r[f"{metric}_sd"] for r in points]
-        ax.errorbar(xs, ys, yerr=sds, marker="o", ms=3.5, capsize=3, lw=1.3, color=f"C{i}",
+        ax.errorbar(xs, ys, yerr=sds, marker="o", ms=3.5, capsize=3, lw=1.3, color=(colors or {}).get(row, f"C{i}"),
                     label=(labels or {}).get(row, row))
     grid = length_grid(task)
     ax.set_xscale("log", base=2)

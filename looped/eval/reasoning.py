@@ -410,24 +410,28 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
     return path
 
 
-def plot_gate_means(series: dict[str, Sequence[float]], path: str | Path, trained_steps: int | None = None) -> Path:
-    """Mean gate value z per step, one line per run (seed 002 §5.2: no jump at the trained-range boundary)."""
+def plot_gate_means(panels: dict[str, dict[str, Sequence[float]]], path: str | Path,
+                    trained_steps: dict[str, int] | None = None) -> Path:
+    """Mean update-gate value z (0 = keep the state, 1 = replace it) per thinking step, one panel per task and one
+    line per run (seed 002 §5.2: no jump at the trained-range boundary, marked red where `trained_steps` gives
+    the largest trained budget)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    for name, values in series.items():
-        ax.plot(range(1, len(values) + 1), values, marker=".", label=name)
-    if trained_steps is not None:
-        ax.axvline(trained_steps + 0.5, color="red", ls="--", lw=1)
-    ax.set_xlabel("step t")
-    ax.set_ylabel("mean gate z")
-    ax.grid(alpha=0.3)
-    if series:
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.6 * max(len(panels), 1), 3.6), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels.items()):
+        for name, values in series.items():
+            ax.plot(range(1, len(values) + 1), values, marker=".", label=name)
+        if trained_steps and title in trained_steps:
+            ax.axvline(trained_steps[title] + 0.5, color="red", ls="--", lw=1, label="largest trained T")
+        ax.set(xlabel="thinking step t", ylabel="mean gate z (0 = keep, 1 = replace)", title=title, ylim=(0, 1))
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    fig.suptitle("Depth-recurrent core: mean gate per step on the test set (one line per run)", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
     return path

@@ -308,16 +308,20 @@ def per_corpus_figure(path: Path, draw) -> None:
 
 
 def plot_nll(results: ResultTable, path: Path) -> None:
-    """Seed 000 Fig. 3 style: held-out NLL per row, every seed as a grey dot, mean +- SD in colour."""
+    """Seed 000 Fig. 3 style: held-out bits/byte per row, every seed as a grey dot, mean ± SD in colour."""
     def draw(ax, corpus):
+        params = set()
         for i, row in enumerate(clw.ROWS):
-            values = _values(results, corpus, row, "nll")
+            values = _values(results, corpus, row, "bits_per_byte")
+            params |= {int(p) for p in _values(results, corpus, row, "parameters")}
             if values:
-                ax.scatter([i] * len(values), values, s=14, color="0.5", zorder=2)
+                ax.scatter([i] * len(values), values, s=14, color="0.5", zorder=2, label="one seed" if i == 0 else None)
                 ax.errorbar([i], [mean_sd(values)[0]], yerr=[mean_sd(values)[1] or 0], fmt="o", color="C0",
-                            capsize=4, zorder=3)
+                            capsize=4, zorder=3, label="mean ± SD" if i == 0 else None)
         ax.set_xticks(range(len(clw.ROWS)), list(clw.ROWS), rotation=35, ha="right")
-        ax.set_title(f"{corpus} sample: held-out NLL (nats/byte)")
+        ax.set_ylabel("held-out bits/byte (lower is better)")
+        span = f", {min(params):,}–{max(params):,} parameters" if params else ""
+        ax.set_title(f"{corpus} sample{span}", fontsize=10)
     per_corpus_figure(path, draw)
 
 

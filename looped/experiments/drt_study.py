@@ -424,12 +424,14 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
                      trained_difficulties=trained, trained_steps=(lo, hi),
                      difficulty_name=drt.DIFFICULTY_NAMES[task], fixed_depth=_fixed_depth_label(arch, task),
                      title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
-    series: dict[str, list[float]] = {}
+    panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
     for r in gates.rows:
-        name = run_name(r["task"], r["arch"], float(r["alpha"]), int(r["seed"]))
-        series.setdefault(name, []).append(float(r["gate_mean"]))
-    if series:
-        plot_gate_means(series, out / "gates.png")
+        name = run_name(r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_")
+        panels.setdefault(r["task"], {}).setdefault(name, []).append(float(r["gate_mean"]))
+    if panels:
+        trained = {task: int(rows[0]["trained_steps"].split("-")[-1]) for task in panels
+                   if (rows := _ok(results, task=task, arch="drt")) and rows[0].get("trained_steps")}
+        plot_gate_means(panels, out / "gates.png", trained)
 
 
 # --- command line -----------------------------------------------------------------------------------------

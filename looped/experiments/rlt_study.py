@@ -251,6 +251,16 @@ def _aggregate(lengths: ResultTable, task: str) -> list[dict]:
     return aggregate_over_seeds(records)
 
 
+# one colour per row in every panel and figure, in the plan's order
+ROW_COLORS = {row: f"C{i}" for i, row in enumerate(dict.fromkeys((*rlt.PLAN_ROWS, *rlt.ROWS)))}
+SUBTITLE = "accuracy against test length, mean ± SD over seeds, best-validation checkpoint, teacher-forced"
+
+
+def _row_order(table: list[dict]) -> list[str]:
+    present = {r["row"] for r in table}
+    return [row for row in ROW_COLORS if row in present] + sorted(present - set(ROW_COLORS))
+
+
 def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str]) -> None:
     """One panel per metric for S5 (Fig. 13: prefix-token, final-state, whole-sequence), else the headline."""
     import matplotlib
@@ -263,7 +273,9 @@ def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.8), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         plot_length_curves(table, spec["name"], path, metric=metric, labels=labels, variant=spec.get("variant"),
-                           title=f"{task}: {metric.replace('_', ' ')}", ax=ax)
+                           title=f"{task}: {metric.replace('_', ' ')}", ax=ax, rows=_row_order(table),
+                           colors=ROW_COLORS)
+    fig.suptitle(f"{task}: {SUBTITLE}", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
 
@@ -277,9 +289,11 @@ def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: di
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.0 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         spec = rlt.TASKS[task]
-        plot_length_curves(_aggregate(lengths, task), spec["name"], path, labels=labels, ax=ax,
+        table = _aggregate(lengths, task)
+        plot_length_curves(table, spec["name"], path, labels=labels, ax=ax, rows=_row_order(table),
                            metric=rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),
-                           variant=spec.get("variant"), title=task)
+                           variant=spec.get("variant"), title=task, colors=ROW_COLORS)
+    fig.suptitle(f"Feedback rows on every task: {SUBTITLE}", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
 
