@@ -194,3 +194,22 @@ def test_rlt_bench_names_each_ratio_by_its_rows_and_goal():
     assert goal_of("rlt0_compiled_over_rlt0_eager") is None
     assert set(headline_ratios({k: train[k] for k in ("RLT-0", "B=1", "B=4")})) == {"rlt1_over_rlt0",
                                                                                      "chunk4_over_rlt0"}
+
+
+def test_replot_draws_a_committed_record_again_and_refuses_another_benchmarks(tmp_path, capsys):
+    """`looped bench replot` redraws the committed figures from their JSON (a plot change reaches them without
+    re-measuring); a record of another benchmark is one line, not a KeyError traceback."""
+    from pathlib import Path
+
+    from looped.cli import main
+
+    repo = Path(__file__).resolve().parents[1] / "results" / "bench"
+    if not (repo / "scaling.json").exists():
+        pytest.skip("no committed results/bench/scaling.json")
+    out = tmp_path / "scaling.png"
+    assert main(["bench", "replot", "scaling", str(repo / "scaling.json"), "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    assert main(["bench", "replot", "rlt", str(repo / "scaling.json"), "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a `looped bench rlt` record" in err[0]
+    assert not (tmp_path / "x.png").exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import clw, ddp, decode, rlt, scaling, think, train
 from .decode import run_decode_bench
@@ -27,6 +28,7 @@ class Bench:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     main: Callable[[argparse.Namespace], int]  # prints a summary, writes JSON, returns an exit status
+    plot: Callable[[dict, Path], Path] | None = None  # draws a written JSON record again (`looped bench replot`)
 
 
 BENCHES: dict[str, Bench] = {
@@ -35,21 +37,44 @@ BENCHES: dict[str, Bench] = {
                     decode.add_arguments, decode.main),
     "ddp": Bench("DDP loss curve against one process at the same global batch", ddp.add_arguments, ddp.main),
     "rlt": Bench("seed 003: feedback interval B sweep vs RLT-0 (step time, prefill, generation, memory, profile)",
-                 rlt.add_arguments, rlt.main),
+                 rlt.add_arguments, rlt.main, rlt.plot),
     "think": Bench("seed 002: depth-recurrent core vs horizontal chain of thought (peak memory, latency vs T)",
-                   think.add_arguments, think.main),
+                   think.add_arguments, think.main, think.plot_think),
     "clw": Bench("seed 000 rows side by side: training step time and decoding speed", clw.add_arguments, clw.main),
     "scaling": Bench("cost growth: decode time and state memory vs context, training step time vs rounds",
-                     scaling.add_arguments, scaling.main),
+                     scaling.add_arguments, scaling.main, scaling.plot),
 }
 
 
+def replot(args: argparse.Namespace) -> int:
+    """`looped bench replot NAME FILE.json`: draw a committed record's figure again without re-measuring (a
+    changed plot style reaches the committed PNGs; the numbers stay those of the JSON)."""
+    import json
+
+    bench, path = BENCHES[args.name], Path(args.file)
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a JSON file ({err.msg} at line {err.lineno})") from None
+    out = Path(args.out) if args.out else path.with_suffix(".png")
+    try:
+        print(bench.plot(record, out))
+    except (KeyError, TypeError, AttributeError) as err:  # a record of another benchmark or an older format
+        raise ValueError(f"{path}: not a `looped bench {args.name}` record (cannot draw it: {err!r})") from None
+    return 0
+
+
 def add_arguments(subparsers) -> None:
-    """Add one sub-command per benchmark to `subparsers`, each with `func` set to its runner."""
+    """Add one sub-command per benchmark to `subparsers`, each with `func` set to its runner, and `replot`."""
     for name, bench in BENCHES.items():
         parser = subparsers.add_parser(name, help=bench.help, description=bench.help)
         bench.add_arguments(parser)
         parser.set_defaults(func=bench.main)
+    parser = subparsers.add_parser("replot", help="draw a benchmark's JSON record again (no measuring)")
+    parser.add_argument("name", choices=[n for n, b in BENCHES.items() if b.plot is not None])
+    parser.add_argument("file", help="the JSON record the benchmark wrote")
+    parser.add_argument("--out", help="PNG path (default: the JSON path with .png)")
+    parser.set_defaults(func=replot)
 
 
 def register_cli(subparsers) -> argparse.ArgumentParser:
@@ -62,7 +87,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark named by `args.bench` with the parsed options."""
-    return BENCHES[args.bench].main(args)
+    return replot(args) if args.bench == "replot" else BENCHES[args.bench].main(args)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -292,20 +292,25 @@ def plot(result: dict, path: Path) -> Path:
     axes[0].bar(names, medians, color=["C0"] * (len(names) - 1) + ["C3"])
     axes[0].set_ylabel("training step (s, median)")
     axes[0].set_title(f"train: batch {result['shape']['batch']} x {result['shape']['seq']}")
-    for ax, key, xlabel, title in ((axes[1], "prefill_s", "prompt length", "prefill latency (batch 1)"),
-                                   (axes[2], "generation_s_per_token", "context length",
-                                    "generation time per token (batch 1)")):
+    for ax, key, xlabel, ylabel, title in (
+            (axes[1], "prefill_s", "prompt length", "ms per prompt", "prefill latency (batch 1)"),
+            (axes[2], "generation_s_per_token", "context length", "ms per generated token",
+             "generation time per token (batch 1)")):
         for i, name in enumerate(names):
             xs = [int(x) for x in rows[name][key]]
             ax.plot(xs, [1e3 * v for v in rows[name][key].values()], marker="o", ms=3, label=name,
                     color="C3" if name == "RLT-0" else plt.cm.viridis(i / max(1, len(names) - 2)))
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("ms")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend(fontsize=7)
     for ax in axes:
         ax.grid(alpha=0.3)
+    shape = result["shape"]
+    fig.suptitle(f"RLT feedback interval B vs RLT-0 (d {shape['dim']}, {shape['encoder_layers']}+"
+                 f"{shape['decoder_layers']}, window {shape['window']}, {result.get('threads', '?')} thread(s), "
+                 "medians)", fontsize=9)
     fig.tight_layout()
     path = Path(path)
     atomic_save_figure(fig, path)

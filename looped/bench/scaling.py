@@ -169,11 +169,16 @@ def plot(result: dict, path: Path) -> Path:
     for ax, (xlabel, ylabel, title) in zip(axes, labels):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
+    fig.suptitle(f"How cost grows (log-log; b = fitted exponent; {result.get('threads', '?')} thread(s), medians)",
+                 fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, Path(path))
     return Path(path)

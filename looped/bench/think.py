@@ -352,6 +352,10 @@ def plot_think(result: dict, path: Path) -> Path:
     for ax in (mem, lat):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
+    shape, env = result["shape"], result.get("environment", {})
+    fig.suptitle(f"Depth-recurrent core vs chain of thought at inference (d {shape['dim']}, {shape['dtype']}, "
+                 f"{env.get('threads', '?')} threads, torch {env.get('torch', '?')}); solid: core, dashed: CoT",
+                 fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
     return path
