@@ -9,6 +9,16 @@ import sys
 from pathlib import Path
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with looped's one-line errors: a bad option value or a missing argument prints
+    `looped: error: looped eval: argument --batch-size: invalid int value: 'x' (see looped eval --help)` instead
+    of the usage block (sub-command parsers inherit the class)."""
+
+    def error(self, message: str):
+        print(f"looped: error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
@@ -38,9 +48,11 @@ def user_error_types() -> tuple[type, ...]:
     from ..config import MissingExtra
     from ..hub import HubError
     from ..train.run_folder import RunFolderError
+    from ..train.tracking import TrackingError
     from ..train.trainer import TrainingError
 
-    return ValueError, OSError, TrainingError, RunFolderError, HubError, MissingExtra, torch.OutOfMemoryError
+    return (ValueError, OSError, TrainingError, RunFolderError, HubError, MissingExtra, TrackingError,
+            torch.OutOfMemoryError)
 
 
 def describe(err: BaseException) -> str:

@@ -117,10 +117,21 @@ def cmd_eval(args) -> int:
                                            rounds=args.rounds, unit=unit, progress=not args.no_progress,
                                            exit_threshold=args.exit_threshold, by_position=args.by_position)
                                for blocks in parts])
+        check_finite_score(result, folder)
         where = {"file": name} if args.file else {"corpus": name}
         results.append({**result, "checkpoint": str(folder), **where, "seconds": round(time.perf_counter() - start, 2)})
     print_json(results if args.file and len(results) > 1 else results[0], args.out)
     return 0
+
+
+def check_finite_score(result: dict, folder) -> None:
+    """A NaN / inf score is not a result (finite weights can still overflow, e.g. a checkpoint saved one update
+    before a divergence): a one-line error naming the checkpoint instead of a JSON of NaN and exit status 0."""
+    import math
+
+    if not math.isfinite(result["nll"]):
+        raise ValueError(f"{folder}: the held-out NLL is {result['nll']} (not finite): this checkpoint's weights "
+                         f"overflow; evaluate an earlier checkpoint (e.g. --which best)")
 
 
 def file_parts(path: str, config) -> list:
@@ -169,6 +180,8 @@ def cmd_generate(args) -> int:
 
     # One token at a time is a chain of tiny kernels: waking a second thread costs more than it saves
     # (looped bench decode: ~1.5-2x faster per token with one thread on 2 cores).
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     model, _, _ = load_lm_run(args.run, args.which, "generate")
     prompt = encode_byte_text(args.prompt)

@@ -299,7 +299,19 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
         if value.shape != own[key].shape:
             raise CheckpointError(f"{folder}: {key} has shape {tuple(value.shape)}, model expects "
                                   f"{tuple(own[key].shape)}")
+    check_finite(path, weights, {name for name, _ in model.named_parameters()})
     model.load_state_dict(weights)
+
+
+def check_finite(path: Path, weights: dict[str, torch.Tensor], names: set[str]) -> None:
+    """Refuse NaN / inf in the parameters `names`, whatever the file's age: the trainer never saves such weights,
+    but a checkpoint from before manifests (or one edited or flipped on disk) has no checksum to catch it, and
+    would evaluate silently to NaN. Buffers are not checked (a mask may hold -inf on purpose)."""
+    for name in sorted(names & set(weights)):
+        value = weights[name]
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{path}: tensor {name} holds non-finite values (NaN or inf); these weights "
+                                  f"cannot be used")
 
 
 def _legacy_shape(saved: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
