@@ -96,3 +96,18 @@ def test_a_divergence_does_not_call_the_checkpoint_of_the_diverged_weights_good(
     assert saved == trainer.step >= 1  # checkpointed every update, so `last` holds the weights that diverged
     assert "the last good checkpoint is" not in message, message
     assert f"holds the weights of update {saved} that gave this, so it is not a good checkpoint" in message
+
+
+# --- push --dry-run: what would be uploaded, for review, without network or token ----------------------------
+def test_push_dry_run_stages_the_files_and_card_without_the_hub(corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # works without the extra: nothing is uploaded
+    run = tmp_path / "run"
+    Trainer(load_run_config(base=tiny(corpus)), run, progress=False, log=quiet).run()
+    staged = tmp_path / "review"
+    assert main(["push", str(run), "me/tiny", "--dry-run", str(staged)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["uploaded"] is False and result["staged"] == str(staged)
+    assert sorted(p.name for p in staged.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert "# me/tiny" in (staged / "README.md").read_text()
+    assert main(["push", str(run), "me/tiny", "--dry-run", str(staged)]) == 2  # never mixed with an old staging
+    assert "new or empty folder" in one_error_line(capsys)

@@ -132,10 +132,16 @@ def stage(checkpoint: Path, folder: Path, repo_id: str, with_trainer: bool = Fal
 
 
 def push(run: str, repo_id: str, *, which: str | None = None, private: bool = False, revision: str | None = None,
-         with_trainer: bool = False, api=None) -> dict:
-    """Upload a run's checkpoint (or a checkpoint folder) with its model card to the Hub repository `repo_id`."""
-    hub.client()  # the extra is installed ...
-    hub.parse_hf_id(repo_id)  # ... and the id well formed, before anything is read
+         with_trainer: bool = False, api=None, dry_run: Path | None = None) -> dict:
+    """Upload a run's checkpoint (or a checkpoint folder) with its model card to the Hub repository `repo_id`.
+    `dry_run`: write what would be uploaded (files and model card) into that new folder instead, for review; no
+    network and no token needed."""
+    hub.parse_hf_id(repo_id)  # the id well formed ...
+    if dry_run is not None:
+        return dry_run_push(run, repo_id, Path(dry_run), which=which, with_trainer=with_trainer)
+    hub.client()  # ... the extra installed ...
+    if api is None:
+        hub.require_token()  # ... and a token there, before any network call
     checkpoint = resolve(run, which)
     ckpt.read_config(checkpoint)  # refuse an incomplete folder before uploading anything
     with tempfile.TemporaryDirectory(prefix="looped-push-") as tmp:
@@ -143,6 +149,24 @@ def push(run: str, repo_id: str, *, which: str | None = None, private: bool = Fa
         url = hub.upload_folder(Path(tmp), repo_id, private=private, revision=revision, api=api)
     return {"checkpoint": str(checkpoint), "repo": repo_id, "revision": revision or "main", "files": files,
             "commit": url}
+
+
+def dry_run_push(run: str, repo_id: str, folder: Path, *, which: str | None, with_trainer: bool) -> dict:
+    """`looped push --dry-run DIR`: the staged files and model card in DIR (a new or empty folder), written as one
+    rename of a complete temporary folder."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"--dry-run {folder}: choose a new or empty folder (it would mix two stagings)")
+    checkpoint = resolve(run, which)
+    ckpt.read_config(checkpoint)
+    staged = Path(tempfile.mkdtemp(dir=ensure_dir(folder.absolute().parent), prefix=f".{folder.name}.tmp-"))
+    try:
+        files = stage(checkpoint, staged, repo_id, with_trainer)
+        staged.replace(folder)  # onto a missing or empty folder: one rename
+    finally:
+        if staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+    return {"checkpoint": str(checkpoint), "repo": repo_id, "files": files, "staged": str(folder),
+            "uploaded": False}
 
 
 def seed_resume(hf_id: str, out: Path) -> Path:
