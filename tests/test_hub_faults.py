@@ -78,3 +78,27 @@ def test_push_without_a_token_is_refused_before_any_network_call(run, monkeypatc
     monkeypatch.setattr(hf.HfApi, "create_repo", no_call)
     assert cli.main(["push", str(run), "me/tiny"]) == 2
     assert "not logged in" in one_error_line(capsys)
+
+
+# --- train hf:ORG/NAME --resume never continues an unrelated local run ------------------------------------
+def test_resuming_a_pushed_run_refuses_a_folder_holding_another_run(run, tmp_path, monkeypatch, capsys):
+    from hub_cache import FakeHubApi, offline_cache
+
+    from looped.train.checkpoint import checkpoint_step
+    from looped.train.pretrained import push
+
+    cache = offline_cache(tmp_path, monkeypatch)
+    config = from_dict(RunConfig, {**tiny_run_config(run.parent / "corpus.txt"),
+                                   "train": {"max_steps": 4, "eval_every": 0, "batch_size": 2, "threads": 1}})
+    Trainer(config, tmp_path / "origin", progress=False, log=lambda _: None).run(stop_after=1)
+    push(str(tmp_path / "origin"), "me/a", with_trainer=True, api=FakeHubApi(cache))
+    # the same recipe started separately: equal configs, another run (the default --out runs/a could hold it)
+    Trainer(config, tmp_path / "other", progress=False, log=lambda _: None).run(stop_after=3)
+    before = (tmp_path / "other/checkpoints/last/model.safetensors").read_bytes()
+    assert cli.main(["train", "hf:me/a", "--resume", "--out", str(tmp_path / "other"), "--no-progress"]) == 2
+    assert "holds a different run" in one_error_line(capsys)
+    assert (tmp_path / "other/checkpoints/last/model.safetensors").read_bytes() == before
+    assert checkpoint_step(tmp_path / "other/checkpoints/last") == 3
+    # its own folder is the same run: it continues there
+    assert cli.main(["train", "hf:me/a", "--resume", "--out", str(tmp_path / "origin"), "--no-progress"]) == 0
+    assert checkpoint_step(tmp_path / "origin/checkpoints/last") == 4

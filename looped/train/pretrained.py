@@ -178,6 +178,7 @@ def seed_resume(hf_id: str, out: Path) -> Path:
         raise ckpt.CheckpointError(f"{hf_id}: pushed without its trainer state ({missing[0]} missing), so it "
                                    f"cannot be resumed (push it with --with-trainer)")
     last = Path(out) / "checkpoints" / "last"
+    check_same_run(hf_id, folder, Path(out))
     if not ckpt.is_checkpoint(last):
         names = list(ckpt.FILES) + list(TRAINER_FILES)
         staged = Path(tempfile.mkdtemp(dir=ensure_dir(last.parent), prefix=".last.hub-"))
@@ -185,6 +186,31 @@ def seed_resume(hf_id: str, out: Path) -> Path:
             shutil.copyfile(folder / name, staged / name)  # copies, not links into the Hub cache
         staged.replace(last)  # one rename: a half-copied folder is never taken for a checkpoint
     return last / "config.json"
+
+
+def check_same_run(hf_id: str, pushed: Path, out: Path) -> None:
+    """Refuse to continue `hf_id` in a folder that holds another run (it would be continued, and overwritten,
+    instead of the pushed checkpoint). Same run = the same run id in trainer.json (written since run ids exist);
+    for checkpoints older than that, the same config apart from the keys a resume may change."""
+    from .run_folder import existing_run
+    from .trainer import RESUMABLE_KEYS, first_difference
+
+    local = ckpt.find_checkpoint(out / "checkpoints" / "last")
+    if local is None:
+        what = existing_run(out)
+        if what:
+            raise ckpt.CheckpointError(f"{out} already holds a run ({what}) with no checkpoint; choose another --out "
+                                       f"to continue {hf_id}")
+        return
+    ids = [ckpt.trainer_meta(folder).get("run_id") for folder in (pushed, local)]
+    if all(ids):
+        differs = None if ids[0] == ids[1] else f"run id {ids[1]} here, {ids[0]} pushed"
+    else:
+        differs = first_difference(to_dict(ckpt.read_config(pushed)), to_dict(ckpt.read_config(local)),
+                                   ignore=RESUMABLE_KEYS)
+    if differs:
+        raise ckpt.CheckpointError(f"{out} holds a different run than {hf_id} ({differs}); choose another --out "
+                                   f"(nothing was changed)")
 
 
 def ensure_dir(path: Path) -> Path:

@@ -63,6 +63,14 @@ RESUMABLE_KEYS = frozenset(f"train.{k}" for k in (
     "parallel", "wandb"))
 
 
+def new_run_id() -> str:
+    """Names one run for its whole life (kept in every checkpoint's trainer.json, carried by --resume and by a
+    push --with-trainer): how `looped train hf:ORG/NAME --resume` tells its own run from an unrelated one."""
+    import secrets
+
+    return secrets.token_hex(8)
+
+
 def local_tensor(p: torch.Tensor) -> torch.Tensor:
     """This rank's shard of an FSDP2 (DTensor) parameter, the parameter itself otherwise."""
     return p.to_local() if hasattr(p, "to_local") else p
@@ -183,6 +191,7 @@ class Trainer:
                                            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
         self.evaluated_step = self.saved_step = -1
+        self.run_id = new_run_id()  # a resume takes the checkpoint's
         if self.resume:
             self._restore(last)
         self.ddp_model = self.model
@@ -256,6 +265,7 @@ class Trainer:
         self.task.load_state_dict({**{k[len("task."):]: v for k, v in tensors.items()
                                       if k.startswith("task.")}, **meta["task"]})
         self.step, self.best_loss, self.best_step = meta["step"], meta["best_loss"], meta["best_step"]
+        self.run_id = meta.get("run_id") or self.run_id  # runs from before run ids get one now
         # checkpoints from before this field were written after their evaluation
         self.evaluated_step = meta.get("evaluated_step", meta["step"])
         self.saved_step = self.step
@@ -475,7 +485,7 @@ class Trainer:
         task_meta = {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)}
         meta = {"step": self.step, "total_steps": self.total_steps, "targets": self.step * self.targets_per_update,
                 "best_loss": self.best_loss, "best_step": self.best_step, "world": self.dist.world,
-                "evaluated_step": self.evaluated_step,
+                "evaluated_step": self.evaluated_step, "run_id": self.run_id,
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.checkpoints / which, {
             "config.json": ckpt.config_json(self.config),
