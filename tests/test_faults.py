@@ -111,3 +111,88 @@ def test_push_dry_run_stages_the_files_and_card_without_the_hub(corpus, tmp_path
     assert "# me/tiny" in (staged / "README.md").read_text()
     assert main(["push", str(run), "me/tiny", "--dry-run", str(staged)]) == 2  # never mixed with an old staging
     assert "new or empty folder" in one_error_line(capsys)
+
+
+# --- non-finite weights and scores -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lm_run(corpus, tmp_path_factory):
+    run = tmp_path_factory.mktemp("lm") / "run"
+    Trainer(load_run_config(base=tiny(corpus)), run, progress=False, log=quiet).run()
+    return run
+
+
+def rewritten_checkpoint(run, tmp_path, change) -> str:
+    """A copy of the run's checkpoint with its weights changed by `change(weights)`, without a manifest (as
+    checkpoints were written before manifests, so no checksum can catch it)."""
+    import shutil
+
+    folder = tmp_path / "edited"
+    shutil.copytree(run / "checkpoints/last", folder)
+    (folder / "manifest.json").unlink()
+    weights = ckpt.read_tensors(folder / "model.safetensors")
+    change(weights)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"arch": "transformer"})
+    return str(folder)
+
+
+def test_a_checkpoint_without_manifest_holding_nan_weights_is_refused(lm_run, tmp_path, capsys):
+    name = sorted(k for k in ckpt.read_tensors(lm_run / "checkpoints/last/model.safetensors") if "weight" in k)[0]
+    folder = rewritten_checkpoint(lm_run, tmp_path, lambda w: w[name].view(-1)[0].fill_(float("nan")))
+    assert main(["eval", folder, "--no-progress"]) == 2
+    line = one_error_line(capsys)
+    assert f"{folder}/model.safetensors: tensor {name} holds non-finite values" in line, line
+
+
+def test_eval_of_weights_that_overflow_is_an_error_not_a_nan_score(lm_run, tmp_path, capsys):
+    def overflow(weights):  # finite weights whose logits are inf - inf = NaN
+        for key, value in weights.items():
+            if value.is_floating_point() and value.dim() == 2:
+                value.mul_(1e30)
+
+    folder = rewritten_checkpoint(lm_run, tmp_path, overflow)
+    assert main(["eval", folder, "--no-progress"]) == 2
+    line = one_error_line(capsys)
+    assert folder in line and "not finite" in line and "NaN" not in capsys.readouterr().out
+
+
+# --- outputs that cannot be written name the requested path ------------------------------------------------------
+def test_an_unwritable_output_is_named_not_its_temporary_file(lm_run, capsys):
+    assert main(["eval", str(lm_run), "--no-progress", "--eval-batches", "1", "--out", "/proc/looped.json"]) == 2
+    line = one_error_line(capsys)
+    assert "/proc/looped.json" in line and ".tmp" not in line, line
+
+
+# --- seed 003: prompts in the task's alphabet, a readable `data show` ----------------------------------------
+@pytest.fixture(scope="module")
+def parity_run(tmp_path_factory):
+    import looped.train.sequence  # noqa: F401  (registers task kind "sequence")
+
+    model = {"arch": "rlt", "dim": 16, "heads": 2, "ffn_dim": 16, "encoder_layers": 1, "decoder_layers": 1,
+             "window": 4, "context_length": 64}
+    config = {"model": model, "task": {"kind": "sequence", "name": "parity", "train_lengths": [3, 8],
+                                       "validation_lengths": [8], "validation_size": 8},
+              "train": {"max_steps": 1, "eval_every": 0, "batch_size": 4, "threads": 1}}
+    run = tmp_path_factory.mktemp("parity") / "run"
+    Trainer(load_run_config(base=config), run, progress=False, log=quiet).run()
+    return run
+
+
+def test_continue_refuses_a_prompt_outside_the_tasks_alphabet(parity_run, tmp_path, capsys):
+    state = tmp_path / "chat.safetensors"
+    assert main(["continue", str(parity_run), "--state", str(state), "--prompt", "abc"]) == 2
+    line = one_error_line(capsys)
+    assert "'a' is not a symbol of the parity task (allowed: 0 1 <BOS> <EOS>)" in line, line
+    assert not state.exists()
+    assert main(["continue", str(parity_run), "--state", str(state), "--prompt", "0110<EOS>",
+                 "--max-new-tokens", "2"]) == 0
+
+
+def test_lengths_with_a_batch_size_of_zero_is_one_line(parity_run, capsys):
+    assert main(["lengths", str(parity_run), "--batch-size", "0", "--lengths", "4", "--n", "2"]) == 2
+    assert "--batch-size must be >= 1, got 0" in one_error_line(capsys)
+
+
+def test_data_show_does_not_print_a_label_as_a_count(capsys):
+    assert main(["data", "show", "parity", "--n", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "scored targets:" not in out and "expected output: " in out

@@ -1,7 +1,7 @@
 """`looped continue | lengths` (seed 003): multi-turn continuation from a saved state (Appendix E) and the
 length-grid evaluation.
 
-    looped continue RUN --state chat.safetensors --prompt "0110="     # new state: BOS, prompt, generate
+    looped continue RUN --state chat.safetensors --prompt "0110<EOS>" # new state: BOS, prompt, generate
     looped continue RUN --state chat.safetensors --prompt "1="        # later: resumes exactly where it stopped
     looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]
 
