@@ -173,6 +173,9 @@ def merge_scores(parts: list[dict]) -> dict:
     return merged
 
 
+MAX_NEW_TOKENS = 1_000_000  # generate's output is held whole: a typo of 10**12 would run until memory is gone
+
+
 def cmd_generate(args) -> int:
     import torch
 
@@ -183,6 +186,9 @@ def cmd_generate(args) -> int:
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
+    if args.max_new_tokens is not None and args.max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens: at most {MAX_NEW_TOKENS:,} (the text is kept in memory and printed at "
+                         f"the end), got {args.max_new_tokens:,}")
     model, _, _ = load_lm_run(args.run, args.which, "generate")
     prompt = encode_byte_text(args.prompt)
     room = max(model.config.context_length - prompt.shape[1], model.config.context_length // 2)
