@@ -196,3 +196,39 @@ def test_data_show_does_not_print_a_label_as_a_count(capsys):
     assert main(["data", "show", "parity", "--n", "1"]) == 0
     out = capsys.readouterr().out
     assert "scored targets:" not in out and "expected output: " in out
+
+
+# --- a reader racing a trainer that checkpoints every update ---------------------------------------------------
+def test_loading_a_checkpoint_replaced_mid_read_retries_instead_of_calling_it_damaged(lm_run, tmp_path,
+                                                                                     monkeypatch):
+    import shutil
+
+    folder = tmp_path / "last"
+    shutil.copytree(lm_run / "checkpoints/last", folder)
+    model, config = ckpt.load_model(folder)
+    newer = {name: value + 1 for name, value in model.state_dict().items()}  # the writer's next update
+    real_read_manifest = ckpt.read_manifest
+    writes = []
+
+    def manifest_after_a_concurrent_replace(path):
+        if not writes:  # the trainer swaps the folder between the reader's model file and its manifest
+            writes.append(path)
+            ckpt.write_folder_atomically(folder, {"config.json": ckpt.config_json(config),
+                                                  "model.safetensors": (newer, {"arch": "transformer"})})
+        return real_read_manifest(path)
+
+    monkeypatch.setattr(ckpt, "read_manifest", manifest_after_a_concurrent_replace)
+    loaded, _ = ckpt.load_model(folder)
+    assert writes and all(torch.equal(loaded.state_dict()[k], v) for k, v in newer.items())
+
+
+def test_a_damaged_file_in_a_folder_that_did_not_change_is_still_refused(lm_run, tmp_path):
+    import shutil
+
+    folder = tmp_path / "last"
+    shutil.copytree(lm_run / "checkpoints/last", folder)
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ckpt.CheckpointError, match="damaged file"):
+        ckpt.load_model(folder)

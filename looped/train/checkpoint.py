@@ -321,13 +321,34 @@ def _legacy_shape(saved: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
 
 
 def load_model(folder: Path, device: str | torch.device = "cpu"):
-    """(model in eval mode, RunConfig) from a checkpoint folder."""
+    """(model in eval mode, RunConfig) from a checkpoint folder. A reader can race a trainer that checkpoints
+    while it loads (write_folder_atomically swaps the whole folder: the model file read from the old folder and
+    the manifest from the new one disagree, a false "damaged file"): when the folder was replaced during the
+    load, it is loaded once more, from the newest complete checkpoint; a folder that did not change while
+    failing is really damaged."""
     from ..models import build_model
 
-    config = read_config(folder)
-    model = build_model(config.model)
-    load_weights(model, folder)
-    return model.to(device).eval(), config
+    folder = Path(folder)
+    for attempt in range(2):
+        before = _identity(folder)
+        try:
+            config = read_config(folder)
+            model = build_model(config.model)
+            load_weights(model, folder)
+            return model.to(device).eval(), config
+        except CheckpointError:
+            if attempt or (before is not None and _identity(folder) == before):
+                raise
+            folder = find_checkpoint(folder) or folder
+
+
+def _identity(folder: Path) -> tuple | None:
+    """What changes when a checkpoint folder is replaced by a rename (its inode and its manifest's); None while
+    it is missing (between the two renames of a replacement)."""
+    try:
+        return os.stat(folder).st_ino, os.stat(Path(folder) / MANIFEST).st_ino
+    except OSError:
+        return None
 
 
 # --- trainer state: optimizer + RNG streams as tensors, scalars as JSON ----------------------------------
