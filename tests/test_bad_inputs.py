@@ -171,3 +171,27 @@ def test_a_bad_input_is_one_line_and_a_failure(template, runs, capsys):
     errors = [line for line in err if line.startswith("looped: error:")]
     assert len(errors) == 1 and not any("Traceback" in line for line in err), err
     assert all(line.startswith("looped: ") for line in err), err  # notes allowed, nothing else
+
+
+def test_every_error_class_of_the_library_is_a_one_line_error():
+    """The boundary is a list of classes (cli/common.py): a new error class of looped that is not on it would be
+    a traceback again. Every Exception subclass defined in looped's modules must be covered."""
+    import importlib
+    import pkgutil
+
+    import looped
+    from looped.cli.common import user_error_types
+
+    classes = set()
+    for info in pkgutil.walk_packages(looped.__path__, "looped."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional extra that is not installed (its import error is itself one line)
+            continue
+        classes |= {obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, Exception)
+                    and obj.__module__ == info.name}
+    assert classes, "no error classes found"
+    uncovered = sorted(c.__qualname__ for c in classes if not issubclass(c, user_error_types()))
+    assert not uncovered, uncovered
