@@ -41,3 +41,9 @@ def test_older_tables_without_the_column_load_and_keep_their_format(tmp_path):
         check_same_settings(table, "train.max_steps=3")
     table.add({"task": "parity", "row": "rlt1", "seed": 43, "status": "ok"})
     assert path.read_text() == "task,row,seed,status\nparity,rlt1,42,ok\nparity,rlt1,43,ok\n"  # no new column
+
+
+def test_overrides_that_change_nothing_computed_do_not_split_a_table():
+    assert overrides_text({"train": {"threads": 2, "log_every": 5}}) == ""
+    assert overrides_text({"train": {"threads": 2, "max_steps": 3}, "optim": {"lr": 0.01}}) == \
+        "optim.lr=0.01; train.max_steps=3"

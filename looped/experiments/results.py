@@ -260,14 +260,20 @@ class Study(Protocol):
         """Rewrite tables and plots from the CSVs (rows of other processes included)."""
 
 
+# --set keys that change how a run is executed or logged, not what it computes: left out of a row's overrides
+NEUTRAL_KEYS = frozenset(f"train.{k}" for k in ("threads", "device", "log_every", "tensorboard", "wandb",
+                                                 "eval_batch_size", "checkpoint_every", "parallel"))
+
+
 def overrides_text(overrides: dict | None, prefix: str = "") -> str:
-    """--set keys as one canonical cell, e.g. "train.max_steps=3; optim.lr=0.01" ("" for none)."""
+    """--set keys as one canonical cell, e.g. "optim.lr=0.01; train.max_steps=3" ("" for none; NEUTRAL_KEYS
+    left out)."""
     items = []
     for key, value in sorted((overrides or {}).items()):
-        if isinstance(value, dict):
-            items.append(overrides_text(value, f"{prefix}{key}."))
-        else:
-            items.append(f"{prefix}{key}={value}")
+        name = f"{prefix}{key}"
+        if name in NEUTRAL_KEYS:
+            continue
+        items.append(overrides_text(value, f"{name}.") if isinstance(value, dict) else f"{name}={value}")
     return "; ".join(item for item in items if item)
 
 
@@ -292,13 +298,14 @@ def overrides_note(rows: list[dict]) -> list[str]:
 
 def run_study(study: Study, *, progress: bool = True, stop_after: float | None = None, log=print) -> ResultTable:
     """Train, evaluate and report every planned run of `study` not yet in its results (see the module docstring).
-    Rows record the study's --set overrides; a table holding rows of other settings is refused."""
+    Rows record the study's --set overrides; a run whose table holds rows of other settings is refused (a call
+    with nothing left to train only rewrites the report)."""
     overrides = overrides_text(getattr(study, "overrides", None))
-    check_same_settings(study.results, overrides)
     study.results.stamp = {OVERRIDES: overrides}
     plan = study.plan(log)
     study.prepare(plan, log)
     for key in pending_runs(plan, study.results, stop_after=stop_after, log=log):
+        check_same_settings(study.results, overrides)
         log(f"== {study.label(key)}")
         config, folder = study.config(key), study.folder(key)
         seconds = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress,
