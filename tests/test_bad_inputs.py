@@ -150,6 +150,11 @@ CASES = [
     "lm-eval {drt} --tasks wikitext",
     "lm-eval {lm} --tasks no_such_task_xyz",
     "lm-eval {lm} --tasks wikitext --batch-size 0",
+    # reproduce (--status trains nothing)
+    "reproduce rlt --scale cpu --tasks no_such_task --status --out {tmp}/study",
+    "reproduce clw --stop-after -5 --status --out {tmp}/study",
+    "reproduce drt --stop-after nan --status --out {tmp}/study",
+    "reproduce drt --archs no_such_arch --status --out {tmp}/study",
     # no such verb, no arguments
     "no_such_verb",
     "",

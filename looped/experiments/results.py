@@ -213,6 +213,20 @@ def train_or_record_failure(results: ResultTable, key: dict, config, folder: Pat
         return None
 
 
+def positive_minutes(text: str) -> float:
+    """--stop-after's value: minutes > 0 (0, a negative number or NaN would start nothing, silently)."""
+    import argparse
+    import math
+
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (minutes > 0 and math.isfinite(minutes)):
+        raise argparse.ArgumentTypeError(f"expected minutes > 0, got {text!r}")
+    return minutes
+
+
 def add_study_options(parser, paper: str) -> None:
     """The options every `looped reproduce <paper>` shares; a study adds its own after these."""
     parser.add_argument("--scale", choices=["cpu", "full"], default="cpu")
@@ -222,7 +236,7 @@ def add_study_options(parser, paper: str) -> None:
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--status", action="store_true",
                         help="list the planned runs as done / failed / to do and exit (trains nothing)")
-    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
+    parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
