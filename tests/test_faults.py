@@ -232,3 +232,46 @@ def test_a_damaged_file_in_a_folder_that_did_not_change_is_still_refused(lm_run,
     (folder / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ckpt.CheckpointError, match="damaged file"):
         ckpt.load_model(folder)
+
+
+# --- lm-eval: scores from the wrong kind of run, unknown tasks -------------------------------------------------
+def fake_lm_eval(monkeypatch, known_tasks: list[str]):
+    """Just enough of lm-eval for the adapter to import and `sweep` to reach its checks (which run before any
+    evaluation); the real package's own behaviour is covered by tests/test_lm_eval.py where it is installed."""
+    class TaskManager:
+        def __init__(self, include_path=None, include_defaults=True):
+            self.all_tasks = sorted(known_tasks)
+
+    def evaluate(**kwargs):
+        raise AssertionError("the checks should have refused this before any evaluation")
+
+    modules = {"lm_eval": types.ModuleType("lm_eval"), "lm_eval.api": types.ModuleType("lm_eval.api"),
+               "lm_eval.api.model": types.ModuleType("lm_eval.api.model"),
+               "lm_eval.api.registry": types.ModuleType("lm_eval.api.registry"),
+               "lm_eval.utils": types.ModuleType("lm_eval.utils"), "lm_eval.tasks": types.ModuleType("lm_eval.tasks")}
+    modules["lm_eval.api.model"].LM = object
+    modules["lm_eval.api.registry"].register_model = lambda name: (lambda cls: cls)
+    modules["lm_eval.utils"].get_rolling_token_windows = modules["lm_eval.utils"].make_disjoint_window = None
+    modules["lm_eval.tasks"].TaskManager = TaskManager
+    modules["lm_eval"].simple_evaluate = evaluate
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delitem(sys.modules, "looped.integrations.lm_eval", raising=False)
+
+
+@pytest.mark.parametrize("case", ["parity run", "unknown task", "batch size 0"])
+def test_lm_eval_refuses_what_it_cannot_score_in_one_line(case, lm_run, parity_run, monkeypatch, capsys):
+    try:
+        import lm_eval  # noqa: F401
+        pytest.skip("lm-eval is installed: tests/test_bad_inputs.py runs these cases against the real package")
+    except ImportError:
+        pass
+    fake_lm_eval(monkeypatch, ["wikitext"])
+    argv = {"parity run": [str(parity_run), "--tasks", "wikitext"],
+            "unknown task": [str(lm_run), "--tasks", "no_such_task"],
+            "batch size 0": [str(lm_run), "--tasks", "wikitext", "--batch-size", "0"]}[case]
+    assert main(["lm-eval", *argv]) == 2
+    line = one_error_line(capsys)
+    expected = {"parity run": "not on text", "unknown task": "unknown lm-eval task 'no_such_task'",
+                "batch size 0": "--batch-size must be >= 1"}[case]
+    assert expected in line, line
