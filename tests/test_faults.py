@@ -275,3 +275,14 @@ def test_lm_eval_refuses_what_it_cannot_score_in_one_line(case, lm_run, parity_r
     expected = {"parity run": "not on text", "unknown task": "unknown lm-eval task 'no_such_task'",
                 "batch size 0": "--batch-size must be >= 1"}[case]
     assert expected in line, line
+
+
+def test_an_unwritable_output_is_refused_before_the_work(lm_run, monkeypatch, capsys):
+    import looped.eval
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("evaluated before finding that the output cannot be written")
+
+    monkeypatch.setattr(looped.eval, "evaluate_lm", no_evaluation)
+    assert main(["eval", str(lm_run), "--no-progress", "--out", "/proc/looped/x.json"]) == 2
+    assert "cannot write /proc/looped/x.json" in one_error_line(capsys)

@@ -63,10 +63,30 @@ def describe(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def check_output(path: Path) -> None:
+    """Fail before the work, not after it: an --out whose place cannot be written (`/proc/x.json`, a read-only
+    folder, a file where a folder is needed) is a one-line error naming it, before an evaluation or a benchmark
+    of minutes ends in it. Probes the nearest existing folder with a temporary file it removes (whoever runs
+    as root passes os.access everywhere); creates nothing else."""
+    import tempfile
+
+    existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    folder = existing.parent if existing == path and not path.is_dir() else existing
+    if not folder.is_dir():
+        raise OSError(f"cannot write {path}: {folder} is not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".looped-probe-"):
+            pass
+    except OSError as err:
+        raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from None
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Call the parsed command: user errors become one stderr line and a non-zero exit (LOOPED_DEBUG=1 shows the
     traceback); a bug keeps its traceback; Ctrl-C outside training ends quietly with status 130."""
     try:
+        if getattr(args, "out", None):  # every command's --out (a file or a run / results folder)
+            check_output(Path(args.out))
         return args.func(args) or 0
     except KeyboardInterrupt:
         return fail("interrupted", 130)
