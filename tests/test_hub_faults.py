@@ -102,3 +102,28 @@ def test_resuming_a_pushed_run_refuses_a_folder_holding_another_run(run, tmp_pat
     # its own folder is the same run: it continues there
     assert cli.main(["train", "hf:me/a", "--resume", "--out", str(tmp_path / "origin"), "--no-progress"]) == 0
     assert checkpoint_step(tmp_path / "origin/checkpoints/last") == 4
+
+
+def test_checkpoints_from_before_run_ids_are_told_apart_by_their_config(run, tmp_path, monkeypatch, capsys):
+    import json
+
+    from hub_cache import FakeHubApi, offline_cache
+
+    from looped.train.pretrained import push
+
+    def without_run_id(folder):
+        meta = json.loads((folder / "trainer.json").read_text())
+        meta.pop("run_id")
+        (folder / "trainer.json").write_text(json.dumps(meta))
+        (folder / "manifest.json").unlink()  # an old checkpoint: no run id, no manifest
+
+    cache = offline_cache(tmp_path, monkeypatch)
+    base = tiny_run_config(run.parent / "corpus.txt")
+    for name, lr in (("origin", 3e-3), ("other", 1e-3)):
+        config = from_dict(RunConfig, {**base, "optim": {**base["optim"], "lr": lr},
+                                       "train": {"max_steps": 4, "eval_every": 0, "batch_size": 2, "threads": 1}})
+        Trainer(config, tmp_path / name, progress=False, log=lambda _: None).run(stop_after=1)
+        without_run_id(tmp_path / name / "checkpoints/last")
+    push(str(tmp_path / "origin"), "me/old", with_trainer=True, api=FakeHubApi(cache))
+    assert cli.main(["train", "hf:me/old", "--resume", "--out", str(tmp_path / "other"), "--no-progress"]) == 2
+    assert "their configs differ at optim.lr" in one_error_line(capsys)

@@ -206,8 +206,9 @@ def check_same_run(hf_id: str, pushed: Path, out: Path) -> None:
     if all(ids):
         differs = None if ids[0] == ids[1] else f"run id {ids[1]} here, {ids[0]} pushed"
     else:
-        differs = first_difference(to_dict(ckpt.read_config(pushed)), to_dict(ckpt.read_config(local)),
-                                   ignore=RESUMABLE_KEYS)
+        key = first_difference(to_dict(ckpt.read_config(pushed)), to_dict(ckpt.read_config(local)),
+                               ignore=RESUMABLE_KEYS)
+        differs = key and f"their configs differ at {key.split(' (')[0]}"
     if differs:
         raise ckpt.CheckpointError(f"{out} holds a different run than {hf_id} ({differs}); choose another --out "
                                    f"(nothing was changed)")
