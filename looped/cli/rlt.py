@@ -2,7 +2,7 @@
 length-grid evaluation.
 
     looped continue RUN --state chat.safetensors --prompt "0110<EOS>" # new state: BOS, prompt, generate
-    looped continue RUN --state chat.safetensors --prompt "1="        # later: resumes exactly where it stopped
+    looped continue RUN --state chat.safetensors --prompt "1<EOS>"    # later: resumes exactly where it stopped
     looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]
 
 The state file (what it holds, how a state from another model is refused) is infer/state.py.
@@ -44,7 +44,9 @@ def check_prompt(tokens: list[int], config) -> None:
     allowed = set(algorithmic_task(config.task.name, config.task.variant).alphabet()) | {EOS}  # EOS ends a turn
     foreign = [token for token in tokens if token not in allowed]
     if foreign:
-        shown = " ".join(decode_task_text([token]) for token in sorted(allowed))
+        symbols = [decode_task_text([token]) for token in sorted(allowed)]
+        shown = " ".join(symbols) if len(symbols) <= 24 else \
+            f"{' '.join(symbols[:12])} ... {' '.join(symbols[-4:])}, {len(symbols)} symbols"  # S5: 120 elements
         raise ValueError(f"--prompt: {decode_task_text(foreign[:1])!r} is not a symbol of the {config.task.name} "
                          f"task (allowed: {shown})")
 
