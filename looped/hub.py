@@ -9,6 +9,7 @@ call is made, and fail with one line naming the repository.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 HF_PREFIX = "hf:"
@@ -49,6 +50,33 @@ def offline() -> bool:
     return client().constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in _TRUE
 
 
+# The HTTP clients huggingface_hub has used (requests, httpx, httpx2): their errors, when raised through a Hub call,
+# mean "the Hub cannot be reached or answered badly" (no network, DNS, TLS, timeouts), never a bug of ours.
+_TRANSPORT_ERRORS = (("requests", "RequestException"), ("httpx", "HTTPError"), ("httpx2", "HTTPError"))
+
+
+def failure_types() -> tuple[type, ...]:
+    """Every exception class that means a Hub call failed for a reason outside looped: the classes of
+    huggingface_hub.errors, the errors of whichever HTTP client it imported, OSError (connection errors, the
+    cache) and ValueError (what huggingface_hub raises for bad ids and missing tokens)."""
+    hub = client()
+    found = [OSError, ValueError]
+    found += [obj for obj in vars(hub.errors).values() if isinstance(obj, type) and issubclass(obj, Exception)]
+    for module_name, class_name in _TRANSPORT_ERRORS:
+        module = sys.modules.get(module_name)  # an error of a client that is not imported cannot have been raised
+        error = getattr(module, class_name, None) if module is not None else None
+        if isinstance(error, type):
+            found.append(error)
+    return tuple(found)
+
+
+def require_token() -> None:
+    """Before any call that writes to the Hub: a one-line error unless a token is available (HF_TOKEN or the
+    one `hf auth login` stored), instead of a network round trip that ends in a 401."""
+    if not client().get_token():
+        raise HubError("not logged in: run `hf auth login` or set HF_TOKEN (a token with write access)")
+
+
 def _explain(what: str, err: Exception) -> HubError:
     hub = client()
     if isinstance(err, hub.errors.LocalEntryNotFoundError):
@@ -60,8 +88,11 @@ def _explain(what: str, err: Exception) -> HubError:
         why = "no such repository (or it is private: log in with `hf auth login`)"
     elif isinstance(err, hub.errors.EntryNotFoundError):
         why = "no such file in the repository"
+    elif not isinstance(err, (hub.errors.HfHubHTTPError, ValueError)) and not offline():
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        why = f"the Hub cannot be reached ({detail}); check the network, or HF_ENDPOINT for a mirror"
     else:
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return HubError(f"{what}: {why}")
 
 
@@ -72,7 +103,7 @@ def snapshot(hf_id: str, allow_patterns: list[str] | None = None) -> Path:
     try:
         return Path(hub.snapshot_download(repo_id, revision=revision, allow_patterns=allow_patterns,
                                           local_files_only=offline(), library_name="looped"))
-    except (hub.errors.EntryNotFoundError, hub.errors.HfHubHTTPError, OSError, ValueError) as err:
+    except failure_types() as err:
         raise _explain(hf_id, err) from None
 
 
@@ -83,7 +114,7 @@ def download_file(repo_id: str, filename: str, revision: str, repo_type: str = "
     try:
         return Path(hub.hf_hub_download(repo_id, filename, revision=revision, repo_type=repo_type,
                                         local_files_only=offline(), library_name="looped"))
-    except (hub.errors.EntryNotFoundError, hub.errors.HfHubHTTPError, OSError, ValueError) as err:
+    except failure_types() as err:
         raise _explain(f"{repo_id}@{revision}/{filename}", err) from None
 
 
@@ -92,13 +123,15 @@ def upload_folder(folder: Path, repo_id: str, *, private: bool = False, revision
     """Create the model repository if needed and upload every file of `folder` in one commit; returns the commit
     URL. `api` defaults to huggingface_hub.HfApi() (the token comes from `hf auth login` or HF_TOKEN)."""
     hub = client()
-    api = api or hub.HfApi()
+    if api is None:
+        require_token()
+        api = hub.HfApi()
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
                                  commit_message="Upload looped checkpoint")
-    except (hub.errors.HfHubHTTPError, OSError, ValueError) as err:
+    except failure_types() as err:
         raise _explain(f"hf:{repo_id}", err) from None
     return str(getattr(info, "commit_url", info))

@@ -25,8 +25,11 @@ def atomic_path(path: Path):
     rename (a reader never sees a half-written file, a failed write leaves the old one), otherwise it is removed.
     The file gets the permissions a plain open() would give it (mkstemp's are private)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:  # the temporary file (or the folder) is ours: the message names the user's path
+        raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from None
     os.close(fd)
     try:
         os.chmod(tmp, 0o666 & ~umask())

@@ -471,7 +471,7 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
     assert all(r["cross_id_accuracy"] and r["cross_ood_accuracy"] for r in rows)
     assert "both negative generators" in table and "| paper negatives | drt | 0.0 |" in table
     with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=drt_study.COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(f, fieldnames=[*drt_study.COLUMNS, "overrides"], lineterminator="\n")
         writer.writeheader()
         writer.writerows({**r, "cross_id_accuracy": "", "cross_ood_accuracy": ""} for r in rows)
     drt_study.run_study(out, runs, **kwargs)

@@ -273,13 +273,13 @@ def test_state_save_resume_and_refusal_through_the_cli(tmp_path, capsys):
         args = parser.parse_args(["continue", str(run), "--state", str(state), "--temperature", "0", *argv])
         return args.func(args)
 
-    assert call("--prompt", "0110=", "--max-new-tokens", "3") == 0
+    assert call("--prompt", "0110<EOS>", "--max-new-tokens", "3") == 0  # parity's query ends with EOS
     assert state.exists() and not list(tmp_path.glob(".chat*"))  # written atomically, no temporary left
     assert call("--prompt", "1<EOS>", "--max-new-tokens", "2") == 0
     from looped.infer.state import load_state
     model, _ = load_model(run)
     saved, history, pending, _ = load_state(state, model)
-    assert history[0, :6].tolist() == [BOS, *b"0110="] and saved.position == history.shape[1]
+    assert history[0, :6].tolist() == [BOS, *b"0110", EOS] and saved.position == history.shape[1]
     h = history[0].tolist()
     assert any(h[i:i + 2] == [ord("1"), EOS] for i in range(6, len(h))) and pending.shape == (1, 1)  # 2nd turn
     with torch.no_grad():  # the resumed state is the state of one uninterrupted pass over the history

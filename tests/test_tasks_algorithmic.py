@@ -477,14 +477,14 @@ def test_score_rejects_bad_input():
 def test_render():
     adder = addition.AdditionTask()
     assert adder.render(adder.from_pairs([(47, 85)]), 0) == (
-        "<BOS>[74] + [58] = [231]<EOS>\n  scored targets:  [231]<EOS>")
+        "<BOS>[74] + [58] = [231]<EOS>\n  expected output:  [231]<EOS>")
     swaps = s5.S5Task("swaps")
     tokens = torch.tensor([[vocabulary.BOS, 152, 128, 134]])
     targets = torch.tensor([[vocabulary.PAD, 152, 152, s5.permutation_token((2, 0, 1, 3, 4))]])
     batch = SequenceBatch(tokens, targets, targets != vocabulary.PAD, torch.tensor([4]), torch.tensor([3]))
-    assert swaps.render(batch, 0) == "<BOS> 10234 01234 02134\n  scored targets: 10234 10234 20134"
+    assert swaps.render(batch, 0) == "<BOS> 10234 01234 02134\n  expected output: 10234 10234 20134"
     bits_row = parity.ParityTask().sample(np.random.default_rng(0), 1, 5)
-    row, targets = parity.ParityTask().render(bits_row, 0).split("\n  scored targets: ")
+    row, targets = parity.ParityTask().render(bits_row, 0).split("\n  expected output: ")
     bits = row[len("<BOS>") : len("<BOS>") + 5]
     assert row == f"<BOS>{bits}{targets}<EOS>" and targets == parity.reference_parity(bits)
 

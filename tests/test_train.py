@@ -113,7 +113,7 @@ def test_best_checkpoint_keeps_the_earliest_step_on_ties(corpus, tmp_path, monke
     assert json.loads((tmp_path / "run/checkpoints/best/trainer.json").read_text())["step"] == 4
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeypatch):
+def test_nan_loss_stops_and_keeps_the_checkpoint_it_came_from(corpus, tmp_path, monkeypatch):
     from looped.train import tasks as lm_task
     cfg = tiny_run_config(corpus, train={"checkpoint_every": 2, "eval_every": 0})
     trainer = train(cfg, tmp_path / "run")
@@ -125,7 +125,8 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(corpus, tmp_path, monkeyp
         return loss * float("nan") if calls["n"] == 5 else loss
 
     monkeypatch.setattr(lm_task.LMTask, "loss", staticmethod(poisoned))
-    with pytest.raises(TrainingError, match="loss became nan at update 5.*last good checkpoint"):
+    # update 5's loss comes from the weights of update 4: that checkpoint is kept, but not called good
+    with pytest.raises(TrainingError, match="loss became nan at update 5.*holds the weights of update 4 that gave"):
         trainer.run()
     meta = json.loads((tmp_path / "run/checkpoints/last/trainer.json").read_text())
     assert meta["step"] == 4

@@ -20,11 +20,11 @@ from ..bench import register_cli as add_bench_commands
 from ..train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
 from ..train.config import QUICKSTART  # noqa: F401  (re-exported: older imports)
 from . import configs, data, ecosystem, reasoning, reproduce, rlt, run
-from .common import run_command
+from .common import OneLineParser, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="looped", description="Looped and recurrent Transformers.")
+    parser = OneLineParser(prog="looped", description="Looped and recurrent Transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (run, data, configs, reproduce, rlt, reasoning, ecosystem):
         group.add_commands(sub)
@@ -33,7 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(build_parser().parse_args(argv))
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error already reported in one line
+        return done.code if isinstance(done.code, int) else int(done.code is not None)
+    return run_command(args)
 
 
 __all__ = ["build_parser", "main"]

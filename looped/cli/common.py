@@ -9,6 +9,16 @@ import sys
 from pathlib import Path
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with looped's one-line errors: a bad option value or a missing argument prints
+    `looped: error: looped eval: argument --batch-size: invalid int value: 'x' (see looped eval --help)` instead
+    of the usage block (sub-command parsers inherit the class)."""
+
+    def error(self, message: str):
+        print(f"looped: error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
@@ -38,9 +48,11 @@ def user_error_types() -> tuple[type, ...]:
     from ..config import MissingExtra
     from ..hub import HubError
     from ..train.run_folder import RunFolderError
+    from ..train.tracking import TrackingError
     from ..train.trainer import TrainingError
 
-    return ValueError, OSError, TrainingError, RunFolderError, HubError, MissingExtra, torch.OutOfMemoryError
+    return (ValueError, OSError, TrainingError, RunFolderError, HubError, MissingExtra, TrackingError,
+            torch.OutOfMemoryError)
 
 
 def describe(err: BaseException) -> str:
@@ -51,10 +63,30 @@ def describe(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def check_output(path: Path) -> None:
+    """Fail before the work, not after it: an --out whose place cannot be written (`/proc/x.json`, a read-only
+    folder, a file where a folder is needed) is a one-line error naming it, before an evaluation or a benchmark
+    of minutes ends in it. Probes the nearest existing folder with a temporary file it removes (whoever runs
+    as root passes os.access everywhere); creates nothing else."""
+    import tempfile
+
+    existing = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+    folder = existing.parent if existing == path and not path.is_dir() else existing
+    if not folder.is_dir():
+        raise OSError(f"cannot write {path}: {folder} is not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".looped-probe-"):
+            pass
+    except OSError as err:
+        raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from None
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Call the parsed command: user errors become one stderr line and a non-zero exit (LOOPED_DEBUG=1 shows the
     traceback); a bug keeps its traceback; Ctrl-C outside training ends quietly with status 130."""
     try:
+        if getattr(args, "out", None):  # every command's --out (a file or a run / results folder)
+            check_output(Path(args.out))
         return args.func(args) or 0
     except KeyboardInterrupt:
         return fail("interrupted", 130)

@@ -10,7 +10,7 @@ def cmd_push(args) -> int:
     from ..train.pretrained import push
 
     print_json(push(args.run, args.repo, which=args.which, private=args.private, revision=args.revision,
-                    with_trainer=args.with_trainer))
+                    with_trainer=args.with_trainer, dry_run=args.dry_run))
     return 0
 
 
@@ -38,6 +38,9 @@ def add_commands(sub) -> None:
     p.add_argument("--revision", help="branch to commit to (default main; created if missing)")
     p.add_argument("--with-trainer", action="store_true",
                    help="also upload the optimizer/RNG/sampler state (lets `looped train --resume` continue it)")
+    p.add_argument("--dry-run", metavar="DIR",
+                   help="write the files and model card that would be uploaded into DIR (new or empty) for review; "
+                        "no network, no token")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("lm-eval", help="lm-evaluation-harness tasks, one result per test-time depth, as JSON")

@@ -1,8 +1,8 @@
 """`looped continue | lengths` (seed 003): multi-turn continuation from a saved state (Appendix E) and the
 length-grid evaluation.
 
-    looped continue RUN --state chat.safetensors --prompt "0110="     # new state: BOS, prompt, generate
-    looped continue RUN --state chat.safetensors --prompt "1="        # later: resumes exactly where it stopped
+    looped continue RUN --state chat.safetensors --prompt "0110<EOS>" # new state: BOS, prompt, generate
+    looped continue RUN --state chat.safetensors --prompt "1<EOS>"    # later: resumes exactly where it stopped
     looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]
 
 The state file (what it holds, how a state from another model is refused) is infer/state.py.
@@ -35,14 +35,42 @@ def _prompt_tokens(text: str) -> list[int]:
     return tokens
 
 
-def cmd_continue(args) -> int:
+def check_prompt(tokens: list[int], config) -> None:
+    """A prompt may use only the symbols of the run's task (a parity model has never seen "abc"): a one-line
+    error listing the allowed ones otherwise."""
+    from ..data.tasks.vocabulary import EOS, decode_task_text
+    from ..eval.sequence import algorithmic_task
+
+    allowed = set(algorithmic_task(config.task.name, config.task.variant).alphabet()) | {EOS}  # EOS ends a turn
+    foreign = [token for token in tokens if token not in allowed]
+    if foreign:
+        symbols = [decode_task_text([token]) for token in sorted(allowed)]
+        shown = " ".join(symbols) if len(symbols) <= 24 else \
+            f"{' '.join(symbols[:12])} ... {' '.join(symbols[-4:])}, {len(symbols)} symbols"  # S5: 120 elements
+        raise ValueError(f"--prompt: {decode_task_text(foreign[:1])!r} is not a symbol of the {config.task.name} "
+                         f"task (allowed: {shown})")
+
+
+def load_sequence_run(run: str, which: str | None, command: str):
+    """(model, RunConfig) of a seed 003 run (task kind `sequence`); other runs are refused in one line."""
     from ..train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
     from ..train.checkpoint import resolve_checkpoint
-    from ..data.tasks.vocabulary import decode_task_text
     from ..train import load_model
 
-    model, _ = load_model(resolve_checkpoint(args.run, args.which))
-    result = continue_conversation(model, Path(args.state), _prompt_tokens(args.prompt or ""),
+    model, config = load_model(resolve_checkpoint(run, which))
+    if config.task.kind != "sequence":
+        raise ValueError(f"{run}: trained on task kind {config.task.kind!r}, not an algorithmic sequence task; "
+                         f"`looped {command}` needs a seed 003 run (rlt, rlt0, rlt_baseline)")
+    return model, config
+
+
+def cmd_continue(args) -> int:
+    from ..data.tasks.vocabulary import decode_task_text
+
+    model, config = load_sequence_run(args.run, args.which, "continue")
+    prompt = _prompt_tokens(args.prompt or "")
+    check_prompt(prompt, config)
+    result = continue_conversation(model, Path(args.state), prompt,
                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     print(decode_task_text(result["generated"]))
     print(f"state: {args.state} (position {result['position']}, pending {decode_task_text(result['pending'])})",
@@ -51,14 +79,9 @@ def cmd_continue(args) -> int:
 
 
 def cmd_lengths(args) -> int:
-    from ..train import sequence  # noqa: F401  (first, see cmd_continue)
-    from ..train.checkpoint import resolve_checkpoint
     from ..eval.lengths import evaluate_lengths
-    from ..train import load_model
 
-    model, config = load_model(resolve_checkpoint(args.run, args.which))
-    if config.task.kind != "sequence":
-        raise ValueError(f"{args.run}: trained on task kind {config.task.kind!r}, not an algorithmic sequence task")
+    model, config = load_sequence_run(args.run, args.which, "lengths")
     records = evaluate_lengths(model, config.task.name, variant=config.task.variant, lengths=args.lengths,
                                n=args.n, batch_size=args.batch_size,
                                log=None if args.quiet else lambda m: print(m, file=sys.stderr))

@@ -133,10 +133,21 @@ def cmd_eval(args) -> int:
                                            rounds=args.rounds, unit=unit, progress=not args.no_progress,
                                            exit_threshold=args.exit_threshold, by_position=args.by_position)
                                for blocks in parts])
+        check_finite_score(result, folder)
         where = {"file": name} if args.file else {"corpus": name}
         results.append({**result, "checkpoint": str(folder), **where, "seconds": round(time.perf_counter() - start, 2)})
     print_json(results if args.file and len(results) > 1 else results[0], args.out)
     return 0
+
+
+def check_finite_score(result: dict, folder) -> None:
+    """A NaN / inf score is not a result (finite weights can still overflow, e.g. a checkpoint saved one update
+    before a divergence): a one-line error naming the checkpoint instead of a JSON of NaN and exit status 0."""
+    import math
+
+    if not math.isfinite(result["nll"]):
+        raise ValueError(f"{folder}: the held-out NLL is {result['nll']} (not finite): this checkpoint's weights "
+                         f"overflow; evaluate an earlier checkpoint (e.g. --which best)")
 
 
 def file_parts(path: str, config) -> list:
@@ -178,6 +189,9 @@ def merge_scores(parts: list[dict]) -> dict:
     return merged
 
 
+MAX_NEW_TOKENS = 1_000_000  # generate's output is held whole: a typo of 10**12 would run until memory is gone
+
+
 def cmd_generate(args) -> int:
     import torch
 
@@ -185,7 +199,12 @@ def cmd_generate(args) -> int:
 
     # One token at a time is a chain of tiny kernels: waking a second thread costs more than it saves
     # (looped bench decode: ~1.5-2x faster per token with one thread on 2 cores).
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
+    if args.max_new_tokens is not None and args.max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens: at most {MAX_NEW_TOKENS:,} (the text is kept in memory and printed at "
+                         f"the end), got {args.max_new_tokens:,}")
     model, _, _ = load_lm_run(args.run, args.which, "generate")
     prompt = encode_byte_text(args.prompt)
     room = max(model.config.context_length - prompt.shape[1], model.config.context_length // 2)

@@ -52,6 +52,14 @@ def test_rows(task: AlgorithmicTask, length: int, n: int | None = None):
 test_rows.__test__ = False  # not a pytest test despite its name
 
 
+def check_sizes(**sizes: int | None) -> None:
+    """Rows per length and batch size are counts >= 1 (None = the default); a one-line error otherwise (a batch
+    size of 0 used to end in a ZeroDivisionError, 0 rows in a silent table of nothing)."""
+    for name, value in sizes.items():
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
 @torch.no_grad()
 def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[int] | None = None,
                      n: int | None = None, batch_size: int = 32, device="cpu", variant: str | None = None,
@@ -64,6 +72,7 @@ def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[in
     A model whose answer lives in the recurrence falls to chance; one that answers from the encoder memory
     does not (see RLT.forward)."""
     task = resolve_task(task, variant)
+    check_sizes(n=n, batch_size=batch_size)
     device = torch.device(device)
     was_training = model.training
     model.eval()

@@ -23,8 +23,8 @@ from ..train.config import one_budget
 from . import clw
 from . import results as runner
 from .clw_claims import write_clw_claims
-from .results import (ResultTable, add_study_options, check_names, format_mean_sd, mean_sd, pending_runs,
-                      status_report, study_folders)
+from .results import (OVERRIDES, ResultTable, add_study_options, check_names, format_mean_sd, mean_sd,
+                      overrides_note, pending_runs, status_report, study_folders)
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status", "machine"]
@@ -50,7 +50,7 @@ def run_config(row: str, corpus: str, seed: int, overrides: dict | None = None, 
 
 
 def results_table(out: Path) -> ResultTable:
-    return ResultTable(Path(out) / "results.csv", COLUMNS, ["corpus", "row", "seed"])
+    return ResultTable(Path(out) / "results.csv", COLUMNS, ["corpus", "row", "seed"], extra=(OVERRIDES,))
 
 
 def plan_runs(*, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS)) -> list[dict]:
@@ -200,7 +200,7 @@ def _values(results: ResultTable, corpus: str, row: str, column: str) -> list[fl
 
 def table_markdown(results: ResultTable, exits: ResultTable | None = None,
                    positions: ResultTable | None = None) -> str:
-    lines = ["# Seed 000 rows at CPU scale (small budget widths)", "",
+    lines = ["# Seed 000 rows at CPU scale (small budget widths)", "", *overrides_note(results.rows),
              "Held-out bits per byte, mean ± sample SD over seeds (n = seeds finished). PPL = 2^bpb. "
              "Paper: seed 000 Table 3, small budget, full recipe (81.92M targets, not comparable in scale).", "",
              "| row | parameters | " + " | ".join(f"{c} bits/byte | {c} PPL | paper PPL ({c})" for c in clw.CORPORA)

@@ -39,7 +39,8 @@ from . import drt, drt_shortcuts
 from .drt import run_name
 from . import results as runner
 from .drt_claims import write_drt_claims
-from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
+from .results import (OVERRIDES, ResultTable, add_study_options, check_names, format_mean_sd, overrides_note,
+                      status_report, study_folders)
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -178,8 +179,9 @@ class DrtStudy:
         self.out, self.runs, self.scale = Path(out), Path(runs), scale
         self.selection = dict(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides,
                               groups=groups)
+        self.overrides = overrides
         self.per_bucket, self.batch_size = diagnostic_per_bucket, eval_batch_size
-        self.results = ResultTable(self.out / "results.csv", COLUMNS, KEY)
+        self.results = ResultTable(self.out / "results.csv", COLUMNS, KEY, extra=(OVERRIDES,))
         self.gates = ResultTable(self.out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
         self.diagnostics = ResultTable(self.out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
         self.tests = TestSets()
@@ -290,7 +292,7 @@ def _mean(rows: list[dict], column: str, digits: int) -> str:
 
 
 def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None) -> str:
-    lines = [f"# Seed 002 (DRT) at {scale} scale", "",
+    lines = [f"# Seed 002 (DRT) at {scale} scale", "", *overrides_note(results.rows),
              "ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
              "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
              "over seeds (n = seeds finished). Paper: seed 002 Table 3, the paper's full recipe.", "",

@@ -33,19 +33,35 @@ from ..train.trainer import TrainingInterrupted
 from ..train import checkpoint as ckpt
 
 
-class ResultTable:
-    """Rows of a CSV identified by `key` columns; adding a row replaces one with the same key."""
+OVERRIDES = "overrides"  # the column recording a run's --set keys ("" = the recipe as it is)
 
-    def __init__(self, path: Path, columns: list[str], key: list[str]):
-        self.path, self.columns, self.key = Path(path), columns, key
+
+class ResultTable:
+    """Rows of a CSV identified by `key` columns; adding a row replaces one with the same key.
+
+    `extra` columns come after `columns` and are written only once a row has a value in one (or the file already
+    has them): a table of recipe runs stays byte-for-byte what older versions wrote and read, and older files
+    load (their rows read the extra columns as ""). `stamp` holds values every added row gets (the runner puts
+    the study's overrides there)."""
+
+    def __init__(self, path: Path, columns: list[str], key: list[str], extra: tuple[str, ...] = ()):
+        self.path, self.columns, self.key, self.extra = Path(path), columns, key, tuple(extra)
         self.rows: list[dict] = []
+        self.stamp: dict = {}
+        self._header: list[str] = []
         self.reload()
 
     def reload(self) -> None:
         """Read the rows from disk again (other processes may have added some)."""
         if self.path.exists():
             with open(self.path, newline="") as f:
-                self.rows = list(csv.DictReader(f))
+                reader = csv.DictReader(f)
+                self.rows = [{**dict.fromkeys(self.extra, ""), **row} for row in reader]
+                self._header = list(reader.fieldnames or [])
+
+    def fieldnames(self) -> list[str]:
+        used = [c for c in self.extra if c in self._header or any(row.get(c) for row in self.rows)]
+        return [*self.columns, *used]
 
     def find(self, **key) -> dict | None:
         """The first row whose columns match `key` (compared as text), or None."""
@@ -67,12 +83,14 @@ class ResultTable:
             self.reload()
             self.rows = [r for r in self.rows if tuple(str(r[k]) for k in self.key) not in keys]
             # stored as text, exactly as a reload gives it back: a table never mixes 918524 and "918524"
-            self.rows += [{c: "" if row.get(c) is None else str(row[c]) for c in self.columns} for row in rows]
+            rows = [{**self.stamp, **row} for row in rows]
+            self.rows += [{c: "" if row.get(c) is None else str(row[c]) for c in [*self.columns, *self.extra]}
+                          for row in rows]
             self.save()
 
     def save(self) -> None:
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=self.columns, lineterminator="\n")
+        writer = csv.DictWriter(buffer, fieldnames=self.fieldnames(), lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(self.rows)
         atomic_write_text(self.path, buffer.getvalue())
@@ -218,6 +236,20 @@ def train_or_record_failure(results: ResultTable, key: dict, config, folder: Pat
         return None
 
 
+def positive_minutes(text: str) -> float:
+    """--stop-after's value: minutes > 0 (0, a negative number or NaN would start nothing, silently)."""
+    import argparse
+    import math
+
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (minutes > 0 and math.isfinite(minutes)):
+        raise argparse.ArgumentTypeError(f"expected minutes > 0, got {text!r}")
+    return minutes
+
+
 def add_study_options(parser, paper: str) -> None:
     """The options every `looped reproduce <paper>` shares; a study adds its own after these."""
     parser.add_argument("--scale", choices=["cpu", "full"], default="cpu")
@@ -229,7 +261,7 @@ def add_study_options(parser, paper: str) -> None:
                         help="list the planned runs as done / failed / to do and exit (trains nothing)")
     parser.add_argument("--report", action="store_true",
                         help="rewrite the tables, plots and claims.md from the committed CSVs and exit (trains nothing)")
-    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
+    parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
@@ -240,6 +272,7 @@ class Study(Protocol):
     """One paper's grid of runs. `results` is the table whose rows mark runs done (or failed)."""
 
     results: ResultTable
+    overrides: dict | None  # the --set keys of every run (recorded in each row of `results`)
 
     def plan(self, log) -> list[dict]:
         """The key of every run, in the order they are trained."""
@@ -266,11 +299,52 @@ class Study(Protocol):
         """Rewrite tables and plots from the CSVs (rows of other processes included)."""
 
 
+# --set keys that change how a run is executed or logged, not what it computes: left out of a row's overrides
+NEUTRAL_KEYS = frozenset(f"train.{k}" for k in ("threads", "device", "log_every", "tensorboard", "wandb",
+                                                 "eval_batch_size", "checkpoint_every", "parallel"))
+
+
+def overrides_text(overrides: dict | None, prefix: str = "") -> str:
+    """--set keys as one canonical cell, e.g. "optim.lr=0.01; train.max_steps=3" ("" for none; NEUTRAL_KEYS
+    left out)."""
+    items = []
+    for key, value in sorted((overrides or {}).items()):
+        name = f"{prefix}{key}"
+        if name in NEUTRAL_KEYS:
+            continue
+        items.append(overrides_text(value, f"{name}.") if isinstance(value, dict) else f"{name}={value}")
+    return "; ".join(item for item in items if item)
+
+
+def check_same_settings(results: ResultTable, overrides: str) -> None:
+    """A study table averages its rows over seeds under a header that states the recipe's budget, so every row
+    must come from the same settings: refuse a call whose --set differs from the rows already there (rows of
+    older versions, without the column, count as the recipe)."""
+    for row in results.rows:
+        theirs = row.get(OVERRIDES) or ""
+        if theirs != overrides:
+            raise ValueError(f"{results.path}: its runs were trained with {theirs or 'the recipe as it is'} "
+                             f"(--set), this call with {overrides or 'the recipe as it is'}; one table cannot "
+                             f"average both: use another --out (and --runs)")
+
+
+def overrides_note(rows: list[dict]) -> list[str]:
+    """Report lines saying the table's runs are not the recipe (their --set keys), or nothing."""
+    used = sorted({row.get(OVERRIDES) or "" for row in rows} - {""})
+    return [f"**Not the recipe**: these runs were trained with --set {'; '.join(used)} (the budgets and "
+            f"settings stated here are the recipe's).", ""] if used else []
+
+
 def run_study(study: Study, *, progress: bool = True, stop_after: float | None = None, log=print) -> ResultTable:
-    """Train, evaluate and report every planned run of `study` not yet in its results (see the module docstring)."""
+    """Train, evaluate and report every planned run of `study` not yet in its results (see the module docstring).
+    Rows record the study's --set overrides; a run whose table holds rows of other settings is refused (a call
+    with nothing left to train only rewrites the report)."""
+    overrides = overrides_text(getattr(study, "overrides", None))
+    study.results.stamp = {OVERRIDES: overrides}
     plan = study.plan(log)
     study.prepare(plan, log)
     for key in pending_runs(plan, study.results, stop_after=stop_after, log=log):
+        check_same_settings(study.results, overrides)
         log(f"== {study.label(key)}")
         config, folder = study.config(key), study.folder(key)
         seconds = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress,

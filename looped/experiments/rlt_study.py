@@ -28,7 +28,8 @@ from ..train.run_folder import read_metrics
 from . import rlt
 from . import results as runner
 from .rlt_claims import write_rlt_claims
-from .results import ResultTable, add_study_options, check_names, format_mean_sd, status_report, study_folders
+from .results import (OVERRIDES, ResultTable, add_study_options, check_names, format_mean_sd, overrides_note,
+                      status_report, study_folders)
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -43,7 +44,7 @@ def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *,
 
 
 def results_table(out: Path) -> ResultTable:
-    return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"])
+    return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"], extra=(OVERRIDES,))
 
 
 def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.PLAN_ROWS) -> list[dict]:
@@ -160,7 +161,7 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
     tasks = list(dict.fromkeys(r["task"] for r in results.rows))
     rows = list(dict.fromkeys(r["row"] for r in results.rows))
     title = "CPU scale" if scale == "cpu" else "the paper's recipe"
-    lines = [f"# Seed 003 (Recurrent Looped Transformer) at {title}", ""]
+    lines = [f"# Seed 003 (Recurrent Looped Transformer) at {title}", "", *overrides_note(results.rows)]
     if scale == "cpu":
         lines += ["Changes to the paper's recipe, identical for every row:", ""]
         lines += [f"- {change}" for change in rlt.CPU_CHANGES] + [""]

@@ -14,6 +14,8 @@ hold `pad_token` and are not actions; the loop ends once every row has finished.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +29,9 @@ class SamplingPolicy:
     top_p: float = 1.0  # keep the smallest set of tokens holding this much mass; 1 = off
 
     def __post_init__(self):
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+        # written so that NaN fails every test (NaN < 0 is False, and would slip through a plain `x < 0`)
+        if not (self.temperature >= 0 and math.isfinite(self.temperature) and 0 < self.top_p <= 1
+                and self.top_k >= 0):
             raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 0 (got {self.temperature}, "
                              f"{self.top_p}, {self.top_k})")
 

@@ -82,7 +82,9 @@ def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new
     """Consume (pending +) prompt tokens, sample up to `max_new_tokens`, save the state; return what happened.
 
     A new state file starts an independent sequence with BOS (H_0 = (s*, empty))."""
-    if not model.saves_state:
+    if max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {max_new_tokens}")
+    if not getattr(model, "saves_state", False):
         raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
     model.eval()
     state_path = Path(state_path)

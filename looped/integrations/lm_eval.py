@@ -143,10 +143,14 @@ def sweep(run: str, tasks: list[str], *, rounds: list[int | None], which: str | 
 
     from ..train.pretrained import from_pretrained, resolve
 
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     checkpoint = resolve(run, which)
-    model, _ = from_pretrained(checkpoint)
+    model, config = from_pretrained(checkpoint)
+    check_text_model(run, config)
     manager = TaskManager(include_path=str(Path(include_path)) if include_path else None,
                           include_defaults=default_tasks)
+    check_task_names(tasks, manager)
     by_rounds = {}
     for r in rounds:
         lm = LoopedLM(model=model, rounds=r, exit_threshold=exit_threshold, batch_size=batch_size)
@@ -155,6 +159,25 @@ def sweep(run: str, tasks: list[str], *, rounds: list[int | None], which: str | 
         by_rounds[str(r if r is not None else "trained")] = _finite(out["results"])
     return {"checkpoint": str(checkpoint), "tasks": list(tasks), "exit_threshold": exit_threshold,
             "limit": limit, "results": by_rounds}
+
+
+def check_text_model(run: str, config) -> None:
+    """lm-eval scores text: a parity or reasoning model would give a bits/byte of bytes it never saw (or fail
+    deep inside), so other task kinds are refused in one line."""
+    kind = getattr(config.task, "kind", "lm")
+    if kind != "lm":
+        own = {"sequence": "`looped lengths RUN`", "reasoning": "`looped think RUN --input ...`"}
+        raise ValueError(f"{run} was trained on the {getattr(config.task, 'name', kind)} task (task.kind {kind}), "
+                         f"not on text; lm-eval scores text models (use {own.get(kind, 'the command of its task')})")
+
+
+def check_task_names(tasks: list[str], manager) -> None:
+    """Unknown task names are a one-line error naming the first (lm-eval raises a KeyError deep inside)."""
+    known = set(getattr(manager, "all_tasks", None) or ())
+    unknown = [name for name in tasks if known and name not in known]
+    if unknown:
+        raise ValueError(f"--tasks: unknown lm-eval task {unknown[0]!r} (see lm-eval's task list; "
+                         f"--include-path DIR adds your own)")
 
 
 def _finite(value):

@@ -299,7 +299,19 @@ def load_weights(model: torch.nn.Module, folder: Path) -> None:
         if value.shape != own[key].shape:
             raise CheckpointError(f"{folder}: {key} has shape {tuple(value.shape)}, model expects "
                                   f"{tuple(own[key].shape)}")
+    check_finite(path, weights, {name for name, _ in model.named_parameters()})
     model.load_state_dict(weights)
+
+
+def check_finite(path: Path, weights: dict[str, torch.Tensor], names: set[str]) -> None:
+    """Refuse NaN / inf in the parameters `names`, whatever the file's age: the trainer never saves such weights,
+    but a checkpoint from before manifests (or one edited or flipped on disk) has no checksum to catch it, and
+    would evaluate silently to NaN. Buffers are not checked (a mask may hold -inf on purpose)."""
+    for name in sorted(names & set(weights)):
+        value = weights[name]
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"{path}: tensor {name} holds non-finite values (NaN or inf); these weights "
+                                  f"cannot be used")
 
 
 def _legacy_shape(saved: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
@@ -309,13 +321,34 @@ def _legacy_shape(saved: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
 
 
 def load_model(folder: Path, device: str | torch.device = "cpu"):
-    """(model in eval mode, RunConfig) from a checkpoint folder."""
+    """(model in eval mode, RunConfig) from a checkpoint folder. A reader can race a trainer that checkpoints
+    while it loads (write_folder_atomically swaps the whole folder: the model file read from the old folder and
+    the manifest from the new one disagree, a false "damaged file"): when the folder was replaced during the
+    load, it is loaded once more, from the newest complete checkpoint; a folder that did not change while
+    failing is really damaged."""
     from ..models import build_model
 
-    config = read_config(folder)
-    model = build_model(config.model)
-    load_weights(model, folder)
-    return model.to(device).eval(), config
+    folder = Path(folder)
+    for attempt in range(2):
+        before = _identity(folder)
+        try:
+            config = read_config(folder)
+            model = build_model(config.model)
+            load_weights(model, folder)
+            return model.to(device).eval(), config
+        except CheckpointError:
+            if attempt or (before is not None and _identity(folder) == before):
+                raise
+            folder = find_checkpoint(folder) or folder
+
+
+def _identity(folder: Path) -> tuple | None:
+    """What changes when a checkpoint folder is replaced by a rename (its inode and its manifest's); None while
+    it is missing (between the two renames of a replacement)."""
+    try:
+        return os.stat(folder).st_ino, os.stat(Path(folder) / MANIFEST).st_ino
+    except OSError:
+        return None
 
 
 # --- trainer state: optimizer + RNG streams as tensors, scalars as JSON ----------------------------------

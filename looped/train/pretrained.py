@@ -132,10 +132,16 @@ def stage(checkpoint: Path, folder: Path, repo_id: str, with_trainer: bool = Fal
 
 
 def push(run: str, repo_id: str, *, which: str | None = None, private: bool = False, revision: str | None = None,
-         with_trainer: bool = False, api=None) -> dict:
-    """Upload a run's checkpoint (or a checkpoint folder) with its model card to the Hub repository `repo_id`."""
-    hub.client()  # the extra is installed ...
-    hub.parse_hf_id(repo_id)  # ... and the id well formed, before anything is read
+         with_trainer: bool = False, api=None, dry_run: Path | None = None) -> dict:
+    """Upload a run's checkpoint (or a checkpoint folder) with its model card to the Hub repository `repo_id`.
+    `dry_run`: write what would be uploaded (files and model card) into that new folder instead, for review; no
+    network and no token needed."""
+    hub.parse_hf_id(repo_id)  # the id well formed ...
+    if dry_run is not None:
+        return dry_run_push(run, repo_id, Path(dry_run), which=which, with_trainer=with_trainer)
+    hub.client()  # ... the extra installed ...
+    if api is None:
+        hub.require_token()  # ... and a token there, before any network call
     checkpoint = resolve(run, which)
     ckpt.read_config(checkpoint)  # refuse an incomplete folder before uploading anything
     with tempfile.TemporaryDirectory(prefix="looped-push-") as tmp:
@@ -143,6 +149,24 @@ def push(run: str, repo_id: str, *, which: str | None = None, private: bool = Fa
         url = hub.upload_folder(Path(tmp), repo_id, private=private, revision=revision, api=api)
     return {"checkpoint": str(checkpoint), "repo": repo_id, "revision": revision or "main", "files": files,
             "commit": url}
+
+
+def dry_run_push(run: str, repo_id: str, folder: Path, *, which: str | None, with_trainer: bool) -> dict:
+    """`looped push --dry-run DIR`: the staged files and model card in DIR (a new or empty folder), written as one
+    rename of a complete temporary folder."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"--dry-run {folder}: choose a new or empty folder (it would mix two stagings)")
+    checkpoint = resolve(run, which)
+    ckpt.read_config(checkpoint)
+    staged = Path(tempfile.mkdtemp(dir=ensure_dir(folder.absolute().parent), prefix=f".{folder.name}.tmp-"))
+    try:
+        files = stage(checkpoint, staged, repo_id, with_trainer)
+        staged.replace(folder)  # onto a missing or empty folder: one rename
+    finally:
+        if staged.exists():
+            shutil.rmtree(staged, ignore_errors=True)
+    return {"checkpoint": str(checkpoint), "repo": repo_id, "files": files, "staged": str(folder),
+            "uploaded": False}
 
 
 def seed_resume(hf_id: str, out: Path) -> Path:
@@ -154,6 +178,7 @@ def seed_resume(hf_id: str, out: Path) -> Path:
         raise ckpt.CheckpointError(f"{hf_id}: pushed without its trainer state ({missing[0]} missing), so it "
                                    f"cannot be resumed (push it with --with-trainer)")
     last = Path(out) / "checkpoints" / "last"
+    check_same_run(hf_id, folder, Path(out))
     if not ckpt.is_checkpoint(last):
         names = list(ckpt.FILES) + list(TRAINER_FILES)
         staged = Path(tempfile.mkdtemp(dir=ensure_dir(last.parent), prefix=".last.hub-"))
@@ -161,6 +186,32 @@ def seed_resume(hf_id: str, out: Path) -> Path:
             shutil.copyfile(folder / name, staged / name)  # copies, not links into the Hub cache
         staged.replace(last)  # one rename: a half-copied folder is never taken for a checkpoint
     return last / "config.json"
+
+
+def check_same_run(hf_id: str, pushed: Path, out: Path) -> None:
+    """Refuse to continue `hf_id` in a folder that holds another run (it would be continued, and overwritten,
+    instead of the pushed checkpoint). Same run = the same run id in trainer.json (written since run ids exist);
+    for checkpoints older than that, the same config apart from the keys a resume may change."""
+    from .run_folder import existing_run
+    from .trainer import RESUMABLE_KEYS, first_difference
+
+    local = ckpt.find_checkpoint(out / "checkpoints" / "last")
+    if local is None:
+        what = existing_run(out)
+        if what:
+            raise ckpt.CheckpointError(f"{out} already holds a run ({what}) with no checkpoint; choose another --out "
+                                       f"to continue {hf_id}")
+        return
+    ids = [ckpt.trainer_meta(folder).get("run_id") for folder in (pushed, local)]
+    if all(ids):
+        differs = None if ids[0] == ids[1] else f"run id {ids[1]} here, {ids[0]} pushed"
+    else:
+        key = first_difference(to_dict(ckpt.read_config(pushed)), to_dict(ckpt.read_config(local)),
+                               ignore=RESUMABLE_KEYS)
+        differs = key and f"their configs differ at {key.split(' (')[0]}"
+    if differs:
+        raise ckpt.CheckpointError(f"{out} holds a different run than {hf_id} ({differs}); choose another --out "
+                                   f"(nothing was changed)")
 
 
 def ensure_dir(path: Path) -> Path:

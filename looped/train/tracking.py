@@ -39,8 +39,13 @@ class WandbSink:
         id_path = Path(out_dir) / ID_FILE
         run_id = id_path.read_text().strip() if resume and id_path.is_file() else secrets.token_hex(4)
         atomic_write_text(id_path, run_id + "\n")  # before init: a run killed during start-up resumes it too
-        self.run = wandb.init(project=cfg.project, entity=cfg.entity, name=cfg.name or Path(out_dir).name,
-                              id=run_id, resume="allow", dir=str(out_dir), config=config)
+        try:
+            self.run = wandb.init(project=cfg.project, entity=cfg.entity, name=cfg.name or Path(out_dir).name,
+                                  id=run_id, resume="allow", dir=str(out_dir), config=config)
+        except wandb.errors.Error as err:  # no API key, offline, no such entity ...: W&B's own errors
+            why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise TrackingError(f"train.wandb: W&B cannot start ({why}); log in with `wandb login` or set "
+                                f"WANDB_API_KEY (WANDB_MODE=offline logs locally)") from None
         self.run.define_metric("*", step_metric="step")
         self.id = run_id
 

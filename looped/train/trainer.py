@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import signal
 import threading
 import time
@@ -61,6 +62,14 @@ RESUMABLE_KEYS = frozenset(f"train.{k}" for k in (
     # how a run is spread over processes and where it is logged do not change what it computes: a DDP or FSDP
     # checkpoint resumes in one process, W&B can be turned on later
     "parallel", "wandb"))
+
+
+def new_run_id() -> str:
+    """Names one run for its whole life (kept in every checkpoint's trainer.json, carried by --resume and by a
+    push --with-trainer): how `looped train hf:ORG/NAME --resume` tells its own run from an unrelated one."""
+    import secrets
+
+    return secrets.token_hex(8)
 
 
 def local_tensor(p: torch.Tensor) -> torch.Tensor:
@@ -134,6 +143,8 @@ class Trainer:
         self.resume = resume
         self.checkpoints = self.out_dir / "checkpoints"
         self.lock: RunLock | None = None
+        self._fresh_start: bool | None = None  # set under the lock: this process starts the run (see _undo_start)
+        self._made_folder = False
         tc = config.train
         if tc.threads:
             torch.set_num_threads(tc.threads)
@@ -185,6 +196,7 @@ class Trainer:
                                            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
         self.evaluated_step = self.saved_step = -1
+        self.run_id = new_run_id()  # a resume takes the checkpoint's
         if self.resume:
             self._restore(last)
         self.ddp_model = self.model
@@ -207,8 +219,11 @@ class Trainer:
                                     f"or choose another --out")
 
         refuse_existing_run()
+        self._made_folder = not self.out_dir.exists()
         self.lock = RunLock.acquire(self.out_dir)
         refuse_existing_run()  # again under the lock: another trainer may have started meanwhile
+        self._fresh_start = self.resume is False or (
+            self.resume == "auto" and ckpt.find_checkpoint(self.checkpoints / "last") is None)
         if self.resume is not False:
             for which in ("last", "best"):
                 ckpt.recover_checkpoint(self.checkpoints / which)
@@ -267,6 +282,7 @@ class Trainer:
         self.task.load_state_dict({**{k[len("task."):]: v for k, v in tensors.items()
                                       if k.startswith("task.")}, **meta["task"]})
         self.step, self.best_loss, self.best_step = meta["step"], meta["best_loss"], meta["best_step"]
+        self.run_id = meta.get("run_id") or self.run_id  # runs from before run ids get one now
         # checkpoints from before this field were written after their evaluation
         self.evaluated_step = meta.get("evaluated_step", meta["step"])
         self.saved_step = self.step
@@ -286,9 +302,36 @@ class Trainer:
         try:
             with StopSignals() as signals:
                 return self._run(stop_after, signals)
+        except BaseException:
+            self._undo_start()
+            raise
         finally:
             if self.lock is not None:
                 self.lock.release()
+
+    # What a start writes before its first update (run_folder.LOCK_NAME last: it is removed while still held).
+    START_FILES = ("config.yaml", "metrics.jsonl", "wandb_run_id", "wandb", "tensorboard", "checkpoints")
+
+    def _undo_start(self) -> None:
+        """A new run that fails before its first update (a W&B start-up error, a bad task option, a NaN at
+        update 1 ...) removes what it wrote, so the corrected retry is not refused as "already holds a run" and
+        no lock file is left; a folder it created goes too. Runs that trained, and resumed runs, stay as they are."""
+        if not self._fresh_start or getattr(self, "step", 0) > 0 or \
+                ckpt.find_checkpoint(self.checkpoints / "last") is not None:
+            return
+        for name in self.START_FILES:
+            path = self.out_dir / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists():
+                path.unlink()
+        if self.lock is not None:
+            self.lock.path.unlink(missing_ok=True)
+        if self._made_folder:
+            try:
+                self.out_dir.rmdir()  # only if empty: never a file this process did not write
+            except OSError:
+                pass
 
     def _run(self, stop_after: int | None, signals: StopSignals) -> dict:
         self._setup()
@@ -381,11 +424,29 @@ class Trainer:
 
     def _stop_non_finite(self, what: str, update: int | None = None) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        last = self.checkpoints / "last"
-        kept = f"the last good checkpoint is {last}" if ckpt.find_checkpoint(last) else "no checkpoint was written"
         update = self.step + 1 if update is None else update
         advice = "lower optim.lr" if self.config.optim.grad_clip else "lower optim.lr or set optim.grad_clip"
-        raise TrainingError(f"{what} at update {update}; stopping ({kept}; {advice})")
+        raise TrainingError(f"{what} at update {update}; stopping ({self._good_checkpoints()}; {advice})")
+
+    def _good_checkpoints(self) -> str:
+        """Which saved checkpoints predate the failure. Whatever went non-finite (the loss or gradient of the
+        next update, the validation loss, a weight) was computed from the weights after update `self.step`, so a
+        checkpoint of that update holds those weights and is not good (after optim.lr=1e6 they are 1e6-scale);
+        one of an earlier update is."""
+        found = {which: ckpt.find_checkpoint(self.checkpoints / which) for which in ("last", "best")}
+        steps = {which: ckpt.checkpoint_step(folder) for which, folder in found.items() if folder is not None}
+        good = [which for which, step in steps.items() if step < self.step]
+        if not steps:
+            return "no checkpoint was written"
+        if good:
+            which = "last" if "last" in good else "best"
+            earlier = f"the last good checkpoint is {found[which]} (update {steps[which]})"
+        else:
+            earlier = "no checkpoint of an earlier update is kept"
+        if "last" in good or "last" not in steps:
+            return earlier
+        return (f"{found['last']} holds the weights of update {steps['last']} that gave this, so it is not a good "
+                f"checkpoint; {earlier}")
 
     def _evaluate(self) -> dict | None:
         result = None
@@ -445,7 +506,7 @@ class Trainer:
         task_meta = {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)}
         meta = {"step": self.step, "total_steps": self.total_steps, "targets": self.step * self.targets_per_update,
                 "best_loss": self.best_loss, "best_step": self.best_step, "world": self.dist.world,
-                "evaluated_step": self.evaluated_step,
+                "evaluated_step": self.evaluated_step, "run_id": self.run_id,
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.checkpoints / which, {
             "config.json": ckpt.config_json(self.config),

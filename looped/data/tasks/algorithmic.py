@@ -35,8 +35,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from .base import SequenceBatch, TaskError, get_task
-from .vocabulary import decode_task_text
+from .base import SequenceBatch, TaskError, get_task, rng_for
+from .vocabulary import PAD, decode_task_text
 
 # ---------------------------------------------------------------------------------------------------------------
 # Data seeds and held-out set sizes (paper Appendix J.1.1, J.4, J.6).
@@ -146,15 +146,27 @@ class AlgorithmicTask:
             "scored_tokens": float(mask.sum()),
         }
 
+    # -- the symbols a prompt may use ------------------------------------------------------------------------------
+
+    def alphabet(self, rows: int = 512) -> list[int]:
+        """Tokens of the task's rows (inputs and scored targets, BOS and EOS included), read off `rows` training rows
+        at the longest training length: no task spells its alphabet out, and a sample that large holds every symbol
+        (S5's 120 group elements included) with overwhelming probability. Used to refuse a prompt the model has
+        never seen, e.g. `looped continue` of a parity model with --prompt "abc"."""
+        batch = self.sample(rng_for(0), rows, max(self.train_lengths or self.test_lengths))
+        seen = set(batch.tokens[batch.tokens != PAD].tolist()) | set(batch.targets[batch.loss_mask].tolist())
+        return sorted(seen)
+
     # -- display -------------------------------------------------------------------------------------------------
 
     def render(self, batch: SequenceBatch, i: int) -> str:
-        """Row `i` as text, followed by the scored targets."""
+        """Row `i` as text, followed by what the model must predict at the scored positions (worded so that a
+        label such as parity's 0 is not read as a count)."""
         length = int(batch.lengths[i])
         tokens = batch.tokens[i, :length].tolist()
         scored = batch.targets[i][batch.loss_mask[i]].tolist()
         text = self._render_tokens(tokens)
-        return f"{text}\n  scored targets: {self._render_tokens(scored)}"
+        return f"{text}\n  expected output: {self._render_tokens(scored)}"
 
     def _render_tokens(self, tokens: Sequence[int]) -> str:
         return decode_task_text(tokens)

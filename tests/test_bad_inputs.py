@@ -1,0 +1,202 @@
+"""The CLI's error boundary, swept: every verb's numeric and path options with bad values (zero, negative, NaN,
+huge, wrong type, missing file, wrong kind of run) end in exactly one stderr line `looped: error: ...` and a
+non-zero exit, never a traceback and never a silent result.
+
+Three tiny runs are trained once for the module (a byte-level LM, an RLT parity run and a DRT graph run, a few
+updates each), and each case runs `looped.cli.main([...])` in-process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from looped.cli import main
+from looped.config import from_dict
+from looped.train import RunConfig, Trainer
+
+from helpers import tiny_run_config, write_config, write_text_corpus
+
+TINY_RLT = {"arch": "rlt", "dim": 16, "heads": 2, "ffn_dim": 16, "encoder_layers": 1, "decoder_layers": 1,
+            "window": 4, "context_length": 128}
+TINY_DRT = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2,
+            "ffn_dim": 32, "depth_rows": 8, "steps_range": [2, 4], "layer_scale": None, "dropout": 0.0}
+FEW_UPDATES = {"max_steps": 2, "eval_every": 0, "log_every": 1, "threads": 1}
+
+
+def _train(config: dict, out):
+    import looped.train.reasoning  # noqa: F401  (registers task kind "reasoning")
+    import looped.train.sequence  # noqa: F401  (registers task kind "sequence")
+
+    Trainer(from_dict(RunConfig, config), out, progress=False, log=lambda message: None).run()
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """{lm, rlt, drt, cfg, tmp}: three tiny trained runs, the LM's config file and a scratch folder."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    corpus = write_text_corpus(root / "corpus.txt", 30_000)
+    lm_config = tiny_run_config(corpus, train={**FEW_UPDATES, "batch_size": 2, "eval_batches": 1})
+    rlt_config = {"model": TINY_RLT,
+                  "task": {"kind": "sequence", "name": "parity", "train_lengths": [3, 8], "validation_lengths": [8],
+                           "validation_size": 8},
+                  "train": {**FEW_UPDATES, "batch_size": 4}}
+    drt_config = {"model": TINY_DRT,
+                  "task": {"kind": "reasoning", "name": "graph", "train_size": 16, "val_size": 8,
+                           "train_difficulties": [1, 2], "eval_steps": [1, 2], "test_difficulties": [1],
+                           "test_per_bucket": 4},
+                  "train": {**FEW_UPDATES, "batch_size": 4}}
+    (root / "scratch").mkdir()
+    return {"lm": str(_train(lm_config, root / "lm")), "rlt": str(_train(rlt_config, root / "rlt")),
+            "drt": str(_train(drt_config, root / "drt")), "cfg": str(write_config(root / "lm.yaml", lm_config)),
+            "tmp": str(root / "scratch")}
+
+
+# argv templates: {lm} {rlt} {drt} are run folders, {cfg} the LM's config file, {tmp} a scratch folder.
+CASES = [
+    # train
+    "train {cfg} --out {tmp}/t1 --stop-after 0",
+    "train {cfg} --out {tmp}/t2 --set train.max_steps=-1",
+    "train {cfg} --out {tmp}/t3 --set train.batch_size=0",
+    "train {cfg} --out {tmp}/t4 --set optim.lr=nan",
+    "train {cfg} --out {tmp}/t5 --set train.max_steps=abc",
+    "train {tmp}/missing.yaml --out {tmp}/t6",
+    "train --out {tmp}/missing_run --resume",
+    "train {cfg} --out {lm}",
+    "train {cfg} --out {tmp}/t7 --stop-after x",
+    # eval
+    "eval --no-progress {lm} --batch-size 0",
+    "eval --no-progress {lm} --batch-size -1",
+    "eval --no-progress {lm} --eval-batches -1",
+    "eval --no-progress {lm} --rounds 0",
+    "eval --no-progress {lm} --rounds -3",
+    "eval --no-progress {lm} --exit-threshold nan",
+    "eval --no-progress {lm} --exit-threshold -1",
+    "eval --no-progress {lm} --batch-size abc",
+    "eval --no-progress {lm} --which middle",
+    "eval --no-progress {lm} --file {tmp}/missing.txt",
+    "eval --no-progress {lm} --out /proc/looped/x.json",
+    "eval --no-progress {rlt}",
+    "eval --no-progress {drt}",
+    "eval {tmp}/no_such_run",
+    "eval {tmp}",
+    # generate
+    "generate {lm} --max-new-tokens -1",
+    "generate {lm} --temperature nan",
+    "generate {lm} --temperature -1",
+    "generate {lm} --top-k -1",
+    "generate {lm} --top-p 0",
+    "generate {lm} --top-p 1.5",
+    "generate {lm} --top-p nan",
+    "generate {lm} --threads 0",
+    "generate {lm} --rounds 0",
+    "generate {lm} --max-new-tokens 1000000000000",
+    "generate {rlt}",
+    # params
+    "params transformer --solve-ffn 0",
+    "params no_such_arch",
+    "params transformer --set model.dim=-1",
+    "params transformer --set model.dim=nan",
+    "params {tmp}/missing.yaml",
+    # think
+    "think {drt} --input ''",
+    "think {drt} --input 'garbage !!'",
+    "think {drt} --input 'A>B ? A B' --steps 0",
+    "think {drt} --input 'A>B ? A B' --steps abc",
+    "think {drt} --input 'A>B ? A B' --steps 1000000000",
+    "think {lm} --input 'A>B ? A B'",
+    "think {rlt} --input 'A>B ? A B'",
+    # lengths
+    "lengths {rlt} --batch-size 0",
+    "lengths {rlt} --batch-size -1",
+    "lengths {rlt} --n 0",
+    "lengths {rlt} --n -5",
+    "lengths {rlt} --lengths 0",
+    "lengths {rlt} --lengths -4",
+    "lengths {rlt} --lengths 100000000",
+    "lengths {lm}",
+    "lengths {drt}",
+    "lengths {rlt} --out /proc/looped/x.json --n 2 --lengths 4 --quiet",
+    # continue
+    "continue {rlt} --state {tmp}/s1.safetensors --prompt abc",
+    "continue {rlt} --state {tmp}/s2.safetensors --max-new-tokens -1",
+    "continue {rlt} --state {tmp}/s3.safetensors --temperature nan",
+    "continue {rlt} --state {tmp}/s4.safetensors --temperature -1",
+    "continue {lm} --state {tmp}/s5.safetensors",
+    "continue {drt} --state {tmp}/s6.safetensors",
+    "continue {rlt} --state /proc/looped/s.safetensors",
+    "continue {rlt} --state {cfg}",
+    # data
+    "data show parity --n -1",
+    "data show parity --n 0",
+    "data show parity --difficulty -1",
+    "data show graph --difficulty 0",
+    "data show graph --difficulty 1000000000",
+    "data show parity --n abc",
+    "data info {tmp}/missing.yaml",
+    "data show no_such_task",
+    # plot
+    "plot {tmp}/no_such_run",
+    "plot {lm} --smooth nan",
+    "plot {lm} --smooth 1.5",
+    "plot {lm} --smooth -1",
+    "plot {lm} --labels a b",
+    "plot {lm} --out /proc/looped/x.png",
+    "plot {lm} --metrics no_such_metric",
+    # push / lm-eval (whether or not their extras are installed, a bad input is one line)
+    "push {lm} not-a-repo-id",
+    "push {tmp}/no_such_run me/x",
+    "lm-eval {rlt} --tasks wikitext",
+    "lm-eval {drt} --tasks wikitext",
+    "lm-eval {lm} --tasks no_such_task_xyz",
+    "lm-eval {lm} --tasks wikitext --batch-size 0",
+    # reproduce (--status trains nothing)
+    "reproduce rlt --scale cpu --tasks no_such_task --status --out {tmp}/study",
+    "reproduce clw --stop-after -5 --status --out {tmp}/study",
+    "reproduce drt --stop-after nan --status --out {tmp}/study",
+    "reproduce drt --archs no_such_arch --status --out {tmp}/study",
+    # no such verb, no arguments
+    "no_such_verb",
+    "",
+]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+    code = main(argv)
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("template", CASES)
+def test_a_bad_input_is_one_line_and_a_failure(template, runs, capsys):
+    import shlex
+
+    argv = shlex.split(template.format(**runs))
+    code, err = run_cli(argv, capsys)
+    assert code != 0, f"{template}: exit status 0 (stderr {err})"
+    errors = [line for line in err if line.startswith("looped: error:")]
+    assert len(errors) == 1 and not any("Traceback" in line for line in err), err
+    assert all(line.startswith("looped: ") for line in err), err  # notes allowed, nothing else
+
+
+def test_every_error_class_of_the_library_is_a_one_line_error():
+    """The boundary is a list of classes (cli/common.py): a new error class of looped that is not on it would be
+    a traceback again. Every Exception subclass defined in looped's modules must be covered."""
+    import importlib
+    import pkgutil
+
+    import looped
+    from looped.cli.common import user_error_types
+
+    classes = set()
+    for info in pkgutil.walk_packages(looped.__path__, "looped."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional extra that is not installed (its import error is itself one line)
+            continue
+        classes |= {obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, Exception)
+                    and obj.__module__ == info.name}
+    assert classes, "no error classes found"
+    uncovered = sorted(c.__qualname__ for c in classes if not issubclass(c, user_error_types()))
+    assert not uncovered, uncovered
