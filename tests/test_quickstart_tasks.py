@@ -119,6 +119,15 @@ def test_unknown_task_is_one_line(capsys):
     assert "invalid choice: 'nope'" in capsys.readouterr().err
 
 
+def test_eta_states_the_idle_condition_and_scales_with_the_load():
+    idle = quick.eta_line("(KJV bytes)", 5, 14, threads=2, load=0.0, cores=2)
+    assert idle == ("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA here ~5 min "
+                    "(2 torch thread(s), load average 0.0 on 2 core(s))")
+    assert "ETA here ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
+    # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core
+    assert "ETA here ~8 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)
+
+
 @pytest.mark.parametrize("task", quick.TASKS)
 def test_shipped_quickstart_configs_are_the_recipes(task):
     path = REPO / "configs" / "quickstart" / f"{task}.yaml"

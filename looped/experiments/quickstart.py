@@ -81,7 +81,7 @@ def _recipes() -> dict[str, QuickRecipe]:
                           columns=(4, 8, 16, 32), idle_minutes=5.0,
                           caveat="S5 does not reach its point at this width and budget (s5_probes.md: the CPU "
                                  "study's RLT-1 stays near chance on swaps-S5 too); the table shows how far it gets"),
-        "graph": QuickRecipe("reasoning", _reasoning_config("graph", 1200), {"core": None}, idle_minutes=5.0),
+        "graph": QuickRecipe("reasoning", _reasoning_config("graph", 600), {"core": None}, idle_minutes=5.0),
         "logic": QuickRecipe("reasoning", _reasoning_config("logic", 1500), {"core": None}, idle_minutes=5.0,
                              caveat="logic learns slowly at CPU width (probes.md of results/drt_cpu: 68 % "
                                     "validation after 1,000 updates); the step-budget effect is weak here"),
@@ -130,18 +130,36 @@ def write_configs(root: Path = Path("configs/quickstart")) -> list[Path]:
 
 
 # --- timing ------------------------------------------------------------------------------------------------------
-def eta_line(what: str, idle_minutes: float, one_thread_minutes: float | None, threads: int) -> str:
+def slowdown(threads: int, load: float | None = None, cores: int | None = None) -> float:
+    """How much longer than on idle cores a run of `threads` threads takes here, from the 1-minute load average:
+    the runnable threads (load + ours) share the cores. A rough guide (load counts threads waiting on disk too),
+    and the reason the ETA line shows the load it used."""
+    import os
+
+    load = os.getloadavg()[0] if load is None else load
+    cores = cores or os.cpu_count() or 1
+    return max(1.0, (load + threads) / cores)
+
+
+def eta_line(what: str, idle_minutes: float, one_thread_minutes: float | None, threads: int,
+             load: float | None = None, cores: int | None = None) -> str:
     """A quickstart's first line: what it trains, the condition its time holds for, and the ETA here."""
+    import os
+
+    load = os.getloadavg()[0] if load is None else load
+    cores = cores or os.cpu_count() or 1
     one_thread = f"; with one thread ~{one_thread_minutes:.0f}" if one_thread_minutes else ""
-    eta = one_thread_minutes if threads == 1 and one_thread_minutes else idle_minutes
-    return (f"quickstart {what}: ~{idle_minutes:g} min on 2 idle cores{one_thread}; ETA ~{eta:.0f} min here "
-            f"({threads} torch thread(s); longer while other jobs share the cores)")
+    base = one_thread_minutes if threads == 1 and one_thread_minutes else idle_minutes
+    eta = base * slowdown(threads, load, cores)
+    return (f"quickstart {what}: ~{idle_minutes:g} min on 2 idle cores{one_thread}; ETA here ~{eta:.0f} min "
+            f"({threads} torch thread(s), load average {load:.1f} on {cores} core(s))")
 
 
-def task_eta_line(task: str, threads: int) -> str:
+def task_eta_line(task: str, threads: int, load: float | None = None, cores: int | None = None) -> str:
     """The task quickstarts train every row with one thread (train.threads: 1): their time is that time."""
     spec = recipe(task)
-    return eta_line(f"--task {task} (trains {' and '.join(spec.rows)})", spec.idle_minutes, None, threads)
+    return eta_line(f"--task {task} (trains {' and '.join(spec.rows)})", spec.idle_minutes, None, threads,
+                    load, cores)
 
 
 # --- tables --------------------------------------------------------------------------------------------------
@@ -202,5 +220,5 @@ def write_result(path: Path, task: str, table: str, shown: bool, verdict: str, e
                                        indent=2) + "\n")
 
 
-__all__ = ["QUICK_RECIPES", "TASKS", "QuickRecipe", "eta_line", "task_eta_line", "grid_table", "grid_verdict", "recipe",
+__all__ = ["QUICK_RECIPES", "TASKS", "QuickRecipe", "eta_line", "slowdown", "task_eta_line", "grid_table", "grid_verdict", "recipe",
            "row_config", "row_folder", "sequence_table", "sequence_verdict", "write_configs", "write_result"]
