@@ -244,7 +244,8 @@ def cmd_params(args) -> int:
     return 0
 
 
-# The text quickstart's time (README): 4.1-4.7 min measured on 2 idle cores; one torch thread takes ~14.
+# The text quickstart's time: 4.1-4.7 min measured on 2 idle cores (README, sessions 8-9); ~14 with one torch
+# thread is issue 29's measurement, not repeated here.
 TEXT_QUICKSTART_MINUTES = (5, 14)
 
 
