@@ -128,6 +128,21 @@ def test_eta_states_the_idle_condition_and_scales_with_the_load():
     assert "ETA here ~8 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)
 
 
+def test_graph_verdict_counts_the_hops_each_budget_solves():
+    """The first verdict looked at the hardest test difficulty only (12 hops, beyond this core at any budget) and
+    called a run 'NOT shown' whose 20 steps solved 8 hops where 2 steps solved 1 (the session's graph run)."""
+    import numpy as np
+
+    from looped.eval.reasoning import AccuracyGrid
+
+    accuracy = np.array([[0.86, 0.60, 0.57, 0.52], [0.94, 0.93, 0.84, 0.49], [0.90, 0.96, 0.94, 0.57]])
+    grid = AccuracyGrid([1, 3, 20], [1, 2, 8, 12], accuracy, np.full(4, 200))
+    shown, verdict = quick.grid_verdict(grid, 0.5, trained_max=5)
+    assert shown and "1 step -> 1, 3 steps -> 8, 20 steps -> 8" in verdict
+    flat = AccuracyGrid([1, 20], [1, 8], np.array([[0.9, 0.5], [0.9, 0.5]]), np.full(2, 200))
+    assert quick.grid_verdict(flat, 0.5, trained_max=5)[0] is False
+
+
 @pytest.mark.parametrize("task", quick.TASKS)
 def test_shipped_quickstart_configs_are_the_recipes(task):
     path = REPO / "configs" / "quickstart" / f"{task}.yaml"

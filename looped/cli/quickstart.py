@@ -84,7 +84,7 @@ def score_reasoning(task: str, out: Path) -> tuple[str, bool, str, dict]:
     chance = max(positive, 1.0 - positive)  # the majority label's share: what a constant answer scores
     trained = rtask.trained_difficulties(tc)
     table = quick.grid_table(grid, (min(trained), max(trained)), chance, DIFFICULTY_NAMES[task])
-    shown, verdict = quick.grid_verdict(grid, chance)
+    shown, verdict = quick.grid_verdict(grid, chance, max(trained))
     numbers = {str(steps): {str(d): float(a) for d, a in zip(grid.difficulties, grid.accuracy[i])}
                for i, steps in enumerate(grid.budgets)}
     return table, shown, verdict, {"accuracy_by_steps_and_difficulty": numbers, "chance": chance,

@@ -205,15 +205,29 @@ def sequence_verdict(records: dict[str, list[dict]], trained_max: int, chance: f
     return shown, what
 
 
-def grid_verdict(grid, chance: float) -> tuple[bool, str]:
-    """Shown when, at the hardest difficulty, the best budget beats one step by >= 0.1 and chance by >= 0.1."""
-    hardest = grid.accuracy[:, -1]
-    one_step, best = float(hardest[0]), float(hardest.max())
-    best_steps = grid.budgets[int(hardest.argmax())]
-    shown = best - one_step >= 0.1 and best - chance >= 0.1
-    what = (f"at difficulty {grid.difficulties[-1]}: {one_step:.2f} with 1 step, {best:.2f} with {best_steps} "
-            f"steps (chance {chance:.2f})")
-    return shown, what
+SOLVED = 0.8  # a difficulty counts as solved at a budget from this test accuracy on
+
+
+def solved_difficulty(grid, row: int) -> int | None:
+    """The hardest difficulty solved at budget row `row`, counting up from the easiest while each is solved."""
+    solved = None
+    for difficulty, accuracy in zip(grid.difficulties, grid.accuracy[row]):
+        if accuracy < SOLVED:
+            break
+        solved = difficulty
+    return solved
+
+
+def grid_verdict(grid, chance: float, trained_max: int) -> tuple[bool, str]:
+    """Shown when the most thinking steps solve a harder difficulty than one step does, and one beyond the
+    trained ones (the core extrapolates by thinking longer, not by having memorised the trained depths)."""
+    solved = [solved_difficulty(grid, i) for i in range(len(grid.budgets))]
+    steps_text = ", ".join(f"{steps} step{'s' if steps > 1 else ''} -> {d if d is not None else 'none'}"
+                           for steps, d in zip(grid.budgets, solved))
+    first, last = solved[0] or 0, solved[-1] or 0
+    shown = last > first and last > trained_max
+    return shown, (f"hardest difficulty solved (accuracy >= {SOLVED}, every easier one too) by thinking steps: "
+                   f"{steps_text}; trained up to {trained_max}, chance {chance:.2f}")
 
 
 def write_result(path: Path, task: str, table: str, shown: bool, verdict: str, extra: dict) -> None:
