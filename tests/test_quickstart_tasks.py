@@ -85,7 +85,7 @@ def test_parity_quickstart_prints_eta_first_then_the_table_and_records_the_resul
     assert main(argv) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert lines[0].startswith("quickstart --task parity (trains RLT-1 and Transformer): ~5 min on 2 idle cores")
+    assert lines[0].startswith("quickstart --task parity (trains RLT-1 and Transformer): ~2 min on 2 idle cores")
     assert sum(line.startswith("val @1: accuracy") and "(chance 0.50)" in line for line in lines) == 2
     assert "| model | 4* | 16* | 32 |" in captured.out and "| RLT-1 |" in captured.out
     assert "| Transformer |" in captured.out and "chance 0.50" in captured.out
@@ -125,7 +125,8 @@ def test_eta_states_the_idle_condition_and_scales_with_the_load():
                     "(2 torch thread(s), load average 0.0 on 2 core(s))")
     assert "ETA here ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
     # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core
-    assert "ETA here ~8 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)
+    assert "ETA here ~3 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)  # 2 idle x 1.5
+    assert quick.task_eta_line("logic", threads=1).endswith("its time is not measured yet")
 
 
 def test_graph_verdict_counts_the_hops_each_budget_solves():
