@@ -33,7 +33,7 @@ def test_validation_line_states_accuracy_beside_chance():
 
 
 def test_training_prints_one_line_per_evaluation(tmp_path):
-    config = tiny_run_config(write_text_corpus(tmp_path / "c.txt"))
+    config = tiny_run_config(write_text_corpus(tmp_path / "c.txt", 30_000), data={"block_size": 65})
     from looped.config import from_dict
     from looped.train import RunConfig
 
