@@ -76,7 +76,9 @@ def cmd_lengths(args) -> int:
         print(f"wrote {args.out}")
     plot = Path(args.plot) if args.plot else default_lengths_plot(Path(args.run))
     table = [{"row": "model", **record} for record in records]
+    params = sum(p.numel() for p in model.parameters())
     plot_length_curves(table, task, plot, train_range=(trained[0], trained[-1]),
+                       labels={"model": f"{config.model.arch} ({params:,} parameters)"},
                        title=f"{task.data_key}: {Path(args.run).name}")
     print(f"wrote {plot}")
     return 0
