@@ -98,6 +98,9 @@ def test_parity_quickstart_prints_eta_first_then_the_table_and_records_the_resul
     assert main(argv) == 0  # finished: scored and printed again, nothing retrained
     again = capsys.readouterr().out
     assert "--- RLT-1" not in again and "| RLT-1 |" in again
+    rescored = json.loads((out / "quickstart.json").read_text())  # the training time is not lost by rescoring
+    assert rescored["minutes_all_calls"] == pytest.approx(result["minutes_all_calls"]
+                                                          + rescored["minutes_this_call"], abs=0.011)
 
 
 def test_graph_quickstart_prints_accuracy_by_steps_and_hops(tmp_path, capsys):

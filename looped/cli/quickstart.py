@@ -92,6 +92,18 @@ def score_reasoning(task: str, out: Path) -> tuple[str, bool, str, dict]:
                                    "rows_per_difficulty": [int(n) for n in grid.rows]}
 
 
+def earlier_minutes(out: Path) -> float:
+    """Minutes the earlier calls of this quickstart spent (its RUN/quickstart.json), so a quickstart resumed
+    after Ctrl-C, or run again to print its table, still records what the whole took."""
+    import json
+
+    try:
+        earlier = json.loads((out / "quickstart.json").read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return float(earlier.get("minutes_all_calls", earlier.get("minutes_this_call", 0.0)))
+
+
 def cmd_task_quickstart(args) -> int:
     from ..config import parse_overrides
 
@@ -111,7 +123,8 @@ def cmd_task_quickstart(args) -> int:
     if spec.caveat and not shown:
         print(f"(expected at this budget: {spec.caveat})")
     print(f"{minutes:.1f} min (this call; a resumed quickstart counts only its own part)")
-    extra = {**numbers, "minutes_this_call": round(minutes, 2), "overrides": list(args.set),
+    extra = {**numbers, "minutes_this_call": round(minutes, 2),
+             "minutes_all_calls": round(earlier_minutes(out) + minutes, 2), "overrides": list(args.set),
              "updates": {row: c.train.max_steps for row, c in configs.items()}}
     quick.write_result(out / "quickstart.json", task, table, shown, verdict, extra)
     if args.record:
