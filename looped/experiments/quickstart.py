@@ -81,7 +81,7 @@ def _recipes() -> dict[str, QuickRecipe]:
         "parity": QuickRecipe("sequence", parity, {"RLT-1": None, "Transformer": _transformer_row(parity)},
                               columns=(8, 16, 32, 64), idle_minutes=2.0),
         "s5": QuickRecipe("sequence", s5, {"RLT-1": None, "Transformer": _transformer_row(s5)},
-                          columns=(4, 8, 16, 32),
+                          columns=(4, 8, 16, 32), idle_minutes=1.5,
                           caveat="S5 does not reach its point at this width and budget (s5_probes.md: the CPU "
                                  "study's RLT-1 stays near chance on swaps-S5 too); the table shows how far it gets"),
         "graph": QuickRecipe("reasoning", _reasoning_config("graph", 600), {"core": None}, idle_minutes=3.0),
