@@ -151,3 +151,15 @@ def test_graph_verdict_counts_the_hops_each_budget_solves():
 def test_shipped_quickstart_configs_are_the_recipes(task):
     path = REPO / "configs" / "quickstart" / f"{task}.yaml"
     assert yaml.safe_load(path.read_text()) == quick.QUICK_RECIPES[task].config
+
+
+def test_text_quickstart_records_its_result_where_asked(tmp_path, capsys):
+    """results/quickstart.json is written by the command (README quoted minutes with no file behind them)."""
+    out, record = tmp_path / "qs", tmp_path / "results" / "quickstart.json"
+    tiny = ["--set", "train.max_steps=1", "--set", "train.eval_every=0", "--set", "model.dim=16",
+            "--set", "model.heads=2", "--set", "model.layers=1", "--set", "model.ffn_dim=16"]
+    assert main(["quickstart", "--out", str(out), "--record", str(record), "--sample-bytes", "4", "--no-progress",
+                 *tiny]) == 0
+    result = json.loads(record.read_text())
+    assert result == json.loads((out / "quickstart.json").read_text())
+    assert result["bits_per_byte"] > 0 and result["torch_threads"] >= 1 and "minutes" in result

@@ -295,7 +295,11 @@ def text_quickstart(args) -> int:
     print(f"the same books compressed: {format_rates(compressors)} bits/byte")
     result["compressors_bits_per_byte"] = compressors
     print(f"sample (prompt {args.prompt!r}, T=0.8, top-p 0.95, seed 0):\n{decode_byte_text(sample[0].tolist())}")
-    atomic_write_text(out / "quickstart.json", json.dumps({**result, "minutes": elapsed / 60}, indent=2))
+    record = json.dumps({**result, "minutes": elapsed / 60, "torch_threads": threads,
+                         "load_average_at_end": round(os.getloadavg()[0], 1)}, indent=2)
+    atomic_write_text(out / "quickstart.json", record)
+    if args.record:
+        atomic_write_text(Path(args.record), record + "\n")
     return 0
 
 
@@ -366,7 +370,7 @@ def add_commands(sub) -> None:
                    help="instead of text: RLT-1 vs a Transformer beyond the trained lengths (parity, s5) or the "
                         "reasoning core's accuracy by difficulty x thinking steps (graph, logic)")
     p.add_argument("--out", help="run folder (default runs/quickstart, with --task runs/quickstart_TASK)")
-    p.add_argument("--record", metavar="FILE", help="--task: also write the result JSON here "
+    p.add_argument("--record", metavar="FILE", help="also write the result JSON here "
                                                     "(e.g. results/quickstart/parity.json)")
     p.add_argument("--prompt", default="And God said")
     p.add_argument("--sample-bytes", type=int, default=300)
