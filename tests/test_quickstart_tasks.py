@@ -61,10 +61,12 @@ def test_ctrl_c_in_a_task_quickstart_names_the_quickstart_itself(tmp_path, monke
         quick.QUICK_RECIPES["parity"], columns=(4, 32), test_rows=4)})
     interrupt_after_first_update(monkeypatch)
     out = tmp_path / "qs"
-    code = main(["quickstart", "--task", "parity", "--out", str(out), "--no-progress", *TINY_SEQUENCE])
+    code = main(["quickstart", "--task", "parity", "--out", str(out), "--record", str(tmp_path / "p.json"),
+                 "--no-progress", *TINY_SEQUENCE])
     err = capsys.readouterr().err
     assert code == 130
-    assert f"continue with: looped quickstart --task parity --out {out} --set train.max_steps=2" in err
+    assert (f"continue with: looped quickstart --task parity --out {out} --record {tmp_path / 'p.json'} "
+            f"--set train.max_steps=2") in err
     assert "looped train" not in err
 
 

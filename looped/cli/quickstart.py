@@ -19,8 +19,9 @@ from ..experiments import quickstart as quick
 
 
 def resume_command(args, out: Path) -> str:
-    """The command that continues this quickstart: itself, with the same --out and --set."""
+    """The command that continues this quickstart: itself, with the same --out, --record and --set."""
     words = ["looped", "quickstart"] + (["--task", args.task] if args.task else []) + ["--out", str(out)]
+    words += ["--record", args.record] if args.record else []
     for item in args.set:
         words += ["--set", item]
     return " ".join(shlex.quote(w) for w in words)
