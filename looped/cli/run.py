@@ -262,7 +262,6 @@ def cmd_quickstart(args) -> int:
 def text_quickstart(args) -> int:
     import torch
 
-    from ..experiments.quickstart import eta_line
     from ..config import from_dict, merge, parse_overrides
     from ..data import load_streams, to_blocks
     from ..eval import evaluate_lm
@@ -270,7 +269,7 @@ def text_quickstart(args) -> int:
     from ..infer import decode_byte_text, encode_byte_text, generate
     from ..train import RunConfig, Trainer, load_model
     from ..train import checkpoint as ckpt
-
+    from ..experiments.quickstart import eta_line
     from .quickstart import resume_command
 
     config = from_dict(RunConfig, merge(QUICKSTART, parse_overrides(args.set)))
