@@ -304,7 +304,8 @@ def test_lengths_command_through_the_cli(tmp_path, capsys):
 
     run = write_checkpoint(tmp_path / "run")
     out = tmp_path / "lengths.json"
-    assert main(["lengths", str(run), "--lengths", "32", "48", "--n", "8", "--out", str(out), "--quiet"]) == 0
+    assert main(["lengths", str(run), "--lengths", "32", "48", "--n", "8", "--out", str(out), "--quiet",
+                 "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text()) and printed["task"] == "parity"
     assert [r["length"] for r in printed["lengths"]] == [32, 48]
@@ -312,6 +313,24 @@ def test_lengths_command_through_the_cli(tmp_path, capsys):
         assert record["sequences"] == 8 and whole_rows_of(record["final_state_accuracy"], 8)
     assert main(["lengths", str(tmp_path / "missing")]) != 0
     assert "missing" in capsys.readouterr().err
+
+
+def test_lengths_prints_a_table_with_trained_lengths_and_chance_and_writes_the_plot(tmp_path, capsys, monkeypatch):
+    """Issue 29 §3: `looped lengths` printed the JSON on stdout (twice with --out) and drew nothing."""
+    from looped.cli import main
+
+    run = tmp_path / "run"
+    write_checkpoint(run / "checkpoints" / "last")
+    monkeypatch.chdir(tmp_path)
+    assert main(["lengths", str(run), "--lengths", "4", "16", "--n", "8", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| 4* |" in out and "| 16 |" in out  # tiny_run trains lengths 3-8
+    assert "trained lengths (3-8); chance (uniform prediction) 0.500" in out
+    assert "{" not in out  # no JSON unless --json
+    assert (run / "lengths.png").stat().st_size > 0 and not (tmp_path / "lengths.png").exists()
+    checkpoint_only = write_checkpoint(tmp_path / "loose")  # a checkpoint outside a run: ./lengths.png
+    assert main(["lengths", str(checkpoint_only), "--lengths", "4", "--n", "8", "--quiet"]) == 0
+    assert (tmp_path / "lengths.png").exists() and not (checkpoint_only / "lengths.png").exists()
 
 
 # --- bench, recipes, study ----------------------------------------------------------------------------------

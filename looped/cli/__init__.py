@@ -1,6 +1,7 @@
 """`looped` command line: one module per group of verbs, each adding its sub-commands with `add_commands(sub)`.
 
     run.py        train, eval, generate, plot, params, quickstart
+    quickstart.py quickstart --task parity|s5|graph|logic (a family's point in minutes)
     data.py       data download | info | show
     configs.py    config show (every key of a run config, explained)
     reasoning.py  think (seed 002)

@@ -3,7 +3,7 @@ length-grid evaluation.
 
     looped continue RUN --state chat.safetensors --prompt "0110<EOS>" # new state: BOS, prompt, generate
     looped continue RUN --state chat.safetensors --prompt "1<EOS>"    # later: resumes exactly where it stopped
-    looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]
+    looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]    # table + RUN/lengths.png
 
 The state file (what it holds, how a state from another model is refused) is infer/state.py.
 """
@@ -79,15 +79,61 @@ def cmd_continue(args) -> int:
 
 
 def cmd_lengths(args) -> int:
-    from ..eval.lengths import evaluate_lengths
+    from ..eval.lengths import evaluate_lengths, plot_length_curves, resolve_task
+    from ..train.sequence import allowed_lengths
 
     model, config = load_sequence_run(args.run, args.which, "lengths")
+    task = resolve_task(config.task.name, config.task.variant)
     records = evaluate_lengths(model, config.task.name, variant=config.task.variant, lengths=args.lengths,
                                n=args.n, batch_size=args.batch_size,
                                log=None if args.quiet else lambda m: print(m, file=sys.stderr))
-    print_json({"run": str(args.run), "task": config.task.name, "variant": config.task.variant, "lengths": records},
-               args.out)
+    trained = allowed_lengths(task, config.task.train_lengths)
+    result = {"run": str(args.run), "task": config.task.name, "variant": config.task.variant,
+              "trained_lengths": [trained[0], trained[-1]], "chance": task.chance_accuracy, "lengths": records}
+    if args.json:  # for scripts: the JSON on stdout, nothing else
+        print_json(result, args.out)
+        return 0
+    print(lengths_table(records, (trained[0], trained[-1]), task.chance_accuracy))
+    if args.out:
+        print_json_file(result, args.out)
+        print(f"wrote {args.out}")
+    plot = Path(args.plot) if args.plot else default_lengths_plot(Path(args.run))
+    table = [{"row": "model", **record} for record in records]
+    params = sum(p.numel() for p in model.parameters())
+    plot_length_curves(table, task, plot, train_range=(trained[0], trained[-1]),
+                       labels={"model": f"{config.model.arch} ({params:,} parameters)"},
+                       title=f"{task.data_key}: {Path(args.run).name}")
+    print(f"wrote {plot}")
     return 0
+
+
+def lengths_table(records: list[dict], trained: tuple[int, int], chance: float) -> str:
+    """Accuracy by test length as a Markdown table; trained lengths marked with *, chance stated under it."""
+    lines = ["| length | final state | prefix token | whole sequence |", "|---:|---:|---:|---:|"]
+    for r in records:
+        mark = "*" if trained[0] <= r["length"] <= trained[1] else ""
+        lines.append(f"| {r['length']}{mark} | {r['final_state_accuracy']:.3f} | {r['prefix_token_accuracy']:.3f} "
+                     f"| {r['sequence_accuracy']:.3f} |")
+    lines.append(f"* = trained lengths ({trained[0]}-{trained[1]}); chance (uniform prediction) {chance:.3f} for the "
+                 f"final state; {records[0]['sequences']:,} rows per length")
+    return "\n".join(lines)
+
+
+def default_lengths_plot(run: Path) -> Path:
+    """RUN/lengths.png for a run folder (or a checkpoint inside one); ./lengths.png otherwise. Never inside a
+    checkpoint folder: its files are what a manifest vouches for."""
+    for folder in (run, *run.parents):
+        if (folder / "checkpoints").is_dir():
+            return folder / "lengths.png"
+    return Path("lengths.png")
+
+
+def print_json_file(result: dict, out: str) -> None:
+    import json
+
+    from ..io import atomic_write_text
+
+    atomic_write_text(Path(out), json.dumps(result, indent=2) + "\n")
 
 
 def add_commands(sub) -> None:
@@ -102,14 +148,16 @@ def add_commands(sub) -> None:
     p.add_argument("--which", choices=["last", "best"])
     p.set_defaults(func=cmd_continue)
 
-    p = sub.add_parser("lengths", help="seed 003: accuracy on the paper's test-length grid, as JSON")
+    p = sub.add_parser("lengths", help="seed 003: accuracy on the paper's test-length grid (table + lengths.png)")
     p.add_argument("run", help="run folder or checkpoint folder trained with task kind `sequence`")
     p.add_argument("--lengths", type=int, nargs="+", help="default: the task's grid")
     p.add_argument("--n", type=int, help="rows per length (default 1,024; addition 256)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--which", choices=["last", "best"])
     p.add_argument("--out", help="also write the JSON here")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--plot", help="PNG path (default RUN/lengths.png, ./lengths.png for a folder outside a run)")
+    p.add_argument("--json", action="store_true", help="print the JSON instead of the table (no plot)")
+    p.add_argument("--quiet", action="store_true", help="no per-length progress lines on stderr")
     p.set_defaults(func=cmd_lengths)
 
 

@@ -150,7 +150,8 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
         sds = [0.0 if math.isnan(r.get(f"{metric}_sd", math.nan)) else 100 * r[f"{metric}_sd"] for r in points]
         ax.errorbar(xs, ys, yerr=sds, marker="o", ms=3.5, capsize=3, lw=1.3, color=(colors or {}).get(row, f"C{i}"),
                     label=(labels or {}).get(row, row))
-    grid = length_grid(task)
+    # the task's grid plus any length scored outside it (`looped lengths --lengths 16 ...`), so every point shows
+    grid = sorted(set(length_grid(task)) | {int(r["length"]) for r in table})
     ax.set_xscale("log", base=2)
     # the view spans the test grid and the top of the training range (addition trains below its grid)
     ax.set_xlim(min(min(grid), hi) * 0.85, max(grid) * 1.15)

@@ -42,6 +42,7 @@ from .run_folder import RunLock, existing_run, read_metrics
 from .tasks import make_task
 from .tracking import WandbSink
 from .schedule import learning_rate
+from .validation_line import task_chance, validation_line
 
 
 class TrainingError(RuntimeError):
@@ -134,10 +135,13 @@ class StopSignals:
 
 class Trainer:
     def __init__(self, config: RunConfig, out_dir: str | Path, *, resume: bool | str = False, progress: bool = True,
-                 log=print):
+                 log=print, resume_command: str | None = None):
         """resume: False = a new run (refused where one exists), True = continue the run in out_dir,
-        "auto" = continue it when it has a checkpoint, else start it (study runners)."""
+        "auto" = continue it when it has a checkpoint, else start it (study runners).
+        resume_command: what the Ctrl-C message tells the user to run (a command that trains inside a bigger
+        one, e.g. `looped quickstart`, names itself: `looped train --resume` would skip what comes after)."""
         self.config, self.out_dir, self.progress = config, Path(out_dir), progress
+        self.resume_command = resume_command or f"looped train --out {self.out_dir} --resume"
         self.dist: Dist = init_distributed(config.train.device)
         self._log = log
         self.resume = resume
@@ -387,7 +391,7 @@ class Trainer:
         if self.saved_step != self.step:
             self._save("last")
         raise TrainingInterrupted(f"stopped by {name} at update {self.step}/{self.total_steps}, checkpoint saved; "
-                                  f"continue with: looped train --out {self.out_dir} --resume")
+                                  f"continue with: {self.resume_command}")
 
     def _update(self) -> tuple[float, float]:
         cfg = self.config
@@ -460,6 +464,8 @@ class Trainer:
                 self._stop_non_finite(f"validation loss became {result['loss']}", self.step)
             self._record({"step": self.step, **{f"val_{k}": v for k, v in result.items()
                                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+            if self.progress:
+                self.log(validation_line(self.step, result, task_chance(self.task)))
             if result["loss"] < self.best_loss:  # strict: ties keep the earliest step
                 self.best_loss, self.best_step = result["loss"], self.step
                 self._write_checkpoint("best")

@@ -1,0 +1,138 @@
+"""`looped quickstart --task parity|s5|graph|logic`: train a family's small recipe, then print the table that
+shows its point (looped.experiments.quickstart holds the recipes, tables and verdicts).
+
+    looped quickstart --task parity        # RLT-1 and a Transformer; accuracy by string length
+    looped quickstart --task graph         # the reasoning core; accuracy by hops x thinking steps
+
+Running the same command again after Ctrl-C continues the row it stopped in (the Ctrl-C message says so),
+then scores and prints the table; a finished quickstart only scores and prints again.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from ..experiments import quickstart as quick
+
+
+def resume_command(args, out: Path) -> str:
+    """The command that continues this quickstart: itself, with the same --out, --record and --set."""
+    words = ["looped", "quickstart"] + (["--task", args.task] if args.task else []) + ["--out", str(out)]
+    words += ["--record", args.record] if args.record else []
+    for item in args.set:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def train_rows(task: str, out: Path, overrides: dict, args) -> dict:
+    """Train every row of the task's quickstart (each resumes where it stopped); {row: RunConfig}."""
+    from ..config import from_dict
+    from ..train import RunConfig, Trainer
+    from ..train import checkpoint as ckpt
+    from ..train import reasoning, sequence  # noqa: F401  (register the task kinds)
+
+    configs = {}
+    for row in quick.recipe(task).rows:
+        config = from_dict(RunConfig, quick.row_config(task, row, overrides))
+        folder = quick.row_folder(out, row)
+        if not ckpt.run_finished(folder):
+            print(f"--- {row} ({folder})")
+            Trainer(config, folder, resume="auto", progress=not args.no_progress,
+                    resume_command=resume_command(args, out)).run()
+        configs[row] = config
+    return configs
+
+
+def score_sequence(task: str, out: Path) -> tuple[str, bool, str, dict]:
+    """Accuracy by length of every row: (table, shown, verdict, numbers for the JSON)."""
+    from ..eval.lengths import evaluate_lengths, resolve_task
+    from ..train import load_model
+    from ..train.checkpoint import resolve_checkpoint
+
+    spec = quick.recipe(task)
+    records, trained = {}, None
+    for row in spec.rows:
+        model, config = load_model(resolve_checkpoint(str(quick.row_folder(out, row)), "last"))
+        records[row] = evaluate_lengths(model, config.task.name, variant=config.task.variant,
+                                        lengths=spec.columns, n=spec.test_rows, batch_size=64)
+        trained = tuple(config.task.train_lengths)
+        chance = resolve_task(config.task.name, config.task.variant).chance_accuracy
+    table = quick.sequence_table(records, trained, chance)
+    shown, verdict = quick.sequence_verdict(records, trained[1], chance)
+    numbers = {row: {str(r["length"]): r["final_state_accuracy"] for r in rows} for row, rows in records.items()}
+    return table, shown, verdict, {"accuracy_by_length": numbers, "trained_lengths": list(trained),
+                                   "chance": chance, "rows_per_length": spec.test_rows}
+
+
+def score_reasoning(task: str, out: Path) -> tuple[str, bool, str, dict]:
+    """The core's accuracy grid (steps x difficulty): (table, shown, verdict, numbers for the JSON)."""
+    from ..eval.reasoning import evaluate_grid
+    from ..experiments.drt import DIFFICULTY_NAMES
+    from ..train import load_model
+    from ..train import reasoning as rtask
+    from ..train.checkpoint import resolve_checkpoint
+
+    row = next(iter(quick.recipe(task).rows))
+    model, config = load_model(resolve_checkpoint(str(quick.row_folder(out, row)), "last"))
+    tc = config.task
+    _, train, val = rtask.training_data(tc)
+    test = rtask.test_rows(tc, train, val)
+    grid = evaluate_grid(model, test, rtask.eval_steps(tc), batch_size=256)
+    positive = float(test.labels.float().mean())
+    chance = max(positive, 1.0 - positive)  # the majority label's share: what a constant answer scores
+    trained = rtask.trained_difficulties(tc)
+    table = quick.grid_table(grid, (min(trained), max(trained)), chance, DIFFICULTY_NAMES[task])
+    shown, verdict = quick.grid_verdict(grid, chance, max(trained))
+    numbers = {str(steps): {str(d): float(a) for d, a in zip(grid.difficulties, grid.accuracy[i])}
+               for i, steps in enumerate(grid.budgets)}
+    return table, shown, verdict, {"accuracy_by_steps_and_difficulty": numbers, "chance": chance,
+                                   "trained_difficulties": [min(trained), max(trained)],
+                                   "rows_per_difficulty": [int(n) for n in grid.rows]}
+
+
+def earlier_minutes(out: Path) -> float:
+    """Minutes the earlier calls of this quickstart spent (its RUN/quickstart.json), so a quickstart resumed
+    after Ctrl-C, or run again to print its table, still records what the whole took."""
+    import json
+
+    try:
+        earlier = json.loads((out / "quickstart.json").read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return float(earlier.get("minutes_all_calls", earlier.get("minutes_this_call", 0.0)))
+
+
+def cmd_task_quickstart(args) -> int:
+    from ..config import parse_overrides
+
+    task = args.task
+    spec = quick.recipe(task)
+    out = Path(args.out or f"runs/quickstart_{task}")
+    print(quick.task_eta_line(task, threads=1))
+    if spec.caveat:
+        print(f"note: {spec.caveat}")
+    start = time.perf_counter()
+    configs = train_rows(task, out, parse_overrides(args.set), args)
+    score = score_sequence if spec.family == "sequence" else score_reasoning
+    table, shown, verdict, numbers = score(task, out)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"\n{table}")
+    print(("shown: " if shown else "NOT shown in this run: ") + verdict)
+    if spec.caveat and not shown:
+        print(f"(expected at this budget: {spec.caveat})")
+    print(f"{minutes:.1f} min (this call; a resumed quickstart counts only its own part)")
+    extra = {**numbers, "minutes_this_call": round(minutes, 2),
+             "minutes_all_calls": round(earlier_minutes(out) + minutes, 2), "overrides": list(args.set),
+             "updates": {row: c.train.max_steps for row, c in configs.items()}}
+    quick.write_result(out / "quickstart.json", task, table, shown, verdict, extra)
+    if args.record:
+        quick.write_result(Path(args.record), task, table, shown, verdict, extra)
+    if not shown:
+        print(f"looped: warning: the {task} quickstart did not show its point in this run: {verdict}", file=sys.stderr)
+    return 0
+
+
+__all__ = ["cmd_task_quickstart", "resume_command"]

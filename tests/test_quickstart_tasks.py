@@ -1,0 +1,167 @@
+"""Issue 29 §3: `looped quickstart --task ...` (plumbing only: tiny budgets, not the learning), the one-line
+validation report, the ETA line and a Ctrl-C hint that resumes the command the user ran."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from looped.cli import main
+from looped.experiments import quickstart as quick
+from looped.train import Trainer
+from looped.train.validation_line import validation_line
+
+from helpers import tiny_run_config, write_text_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_SEQUENCE = ["--set", "train.max_steps=2", "--set", "train.eval_every=1", "--set", "task.validation_size=4",
+                 "--set", "model.dim=16", "--set", "model.heads=2", "--set", "model.ffn_dim=16"]
+
+
+def test_validation_line_states_accuracy_beside_chance():
+    line = validation_line(400, {"loss": 0.7, "final_state_accuracy": 0.52, "final_state_accuracy_16": 0.55,
+                                 "final_state_accuracy_32": 0.49}, 0.5)
+    assert line == "val @400: accuracy 0.52 (chance 0.50); by length 16: 0.55, 32: 0.49"
+    assert validation_line(750, {"loss": 0.4, "accuracy": 0.81}, 0.5) == "val @750: accuracy 0.81 (chance 0.50)"
+    assert validation_line(500, {"loss": 1.3, "bits_per_byte": 1.876}, None) == \
+        "val @500: loss 1.3000 (1.876 bits/byte)"
+
+
+def test_training_prints_one_line_per_evaluation(tmp_path):
+    config = tiny_run_config(write_text_corpus(tmp_path / "c.txt", 30_000), data={"block_size": 65})
+    from looped.config import from_dict
+    from looped.train import RunConfig
+
+    lines = []
+    Trainer(from_dict(RunConfig, config), tmp_path / "run", progress=True, log=lines.append).run()
+    assert [line.split(":")[0] for line in lines if line.startswith("val @")] == ["val @4", "val @8"]
+
+
+def interrupt_after_first_update(monkeypatch):
+    """Make the trainer receive SIGINT during its first update (as a Ctrl-C would)."""
+    real_update = Trainer._update
+
+    def update(self):
+        result = real_update(self)
+        signal.raise_signal(signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(Trainer, "_update", update)
+
+
+def test_ctrl_c_in_a_task_quickstart_names_the_quickstart_itself(tmp_path, monkeypatch, capsys):
+    """The hint named `looped train --out RUN --resume`, which skips the quickstart's table (and, for the text
+    quickstart, the compressors and the sample)."""
+    monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "parity": dataclasses.replace(
+        quick.QUICK_RECIPES["parity"], columns=(4, 32), test_rows=4)})
+    interrupt_after_first_update(monkeypatch)
+    out = tmp_path / "qs"
+    code = main(["quickstart", "--task", "parity", "--out", str(out), "--record", str(tmp_path / "p.json"),
+                 "--no-progress", *TINY_SEQUENCE])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert (f"continue with: looped quickstart --task parity --out {out} --record {tmp_path / 'p.json'} "
+            f"--set train.max_steps=2") in err
+    assert "looped train" not in err
+
+
+def test_ctrl_c_in_the_text_quickstart_names_the_quickstart(tmp_path, monkeypatch, capsys):
+    interrupt_after_first_update(monkeypatch)
+    out = tmp_path / "qs"
+    code = main(["quickstart", "--out", str(out), "--no-progress", "--set", "train.max_steps=3"])
+    captured = capsys.readouterr()
+    assert code == 130 and f"continue with: looped quickstart --out {out} --set train.max_steps=3" in captured.err
+    assert captured.out.startswith("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA")
+
+
+def test_parity_quickstart_prints_eta_first_then_the_table_and_records_the_result(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "parity": dataclasses.replace(
+        quick.QUICK_RECIPES["parity"], columns=(4, 16, 32), test_rows=4)})
+    out, record = tmp_path / "qs", tmp_path / "results" / "parity.json"
+    argv = ["quickstart", "--task", "parity", "--out", str(out), "--record", str(record), *TINY_SEQUENCE]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("quickstart --task parity (trains RLT-1 and Transformer): ~2 min on 2 idle cores")
+    assert sum(line.startswith("val @1: accuracy") and "(chance 0.50)" in line for line in lines) == 2
+    assert "| model | 4* | 16* | 32 |" in captured.out and "| RLT-1 |" in captured.out
+    assert "| Transformer |" in captured.out and "chance 0.50" in captured.out
+    assert "NOT shown in this run: at 32, beyond the trained lengths" in captured.out  # 2 updates learn nothing
+    assert "did not show its point" in captured.err
+    result = json.loads(record.read_text())
+    assert result == json.loads((out / "quickstart.json").read_text())
+    assert result["shown"] is False and set(result["accuracy_by_length"]) == {"RLT-1", "Transformer"}
+    assert result["trained_lengths"] == [3, 16] and result["updates"] == {"RLT-1": 2, "Transformer": 2}
+    assert main(argv) == 0  # finished: scored and printed again, nothing retrained
+    again = capsys.readouterr().out
+    assert "--- RLT-1" not in again and "| RLT-1 |" in again
+    rescored = json.loads((out / "quickstart.json").read_text())  # the training time is not lost by rescoring
+    assert rescored["minutes_all_calls"] == pytest.approx(result["minutes_all_calls"]
+                                                          + rescored["minutes_this_call"], abs=0.011)
+
+
+def test_graph_quickstart_prints_accuracy_by_steps_and_hops(tmp_path, capsys):
+    out = tmp_path / "qs"
+    tiny = ["--set", "train.max_steps=2", "--set", "train.eval_every=1", "--set", "task.val_size=16",
+            "--set", "task.test_per_bucket=4", "--set", "task.train_size=64", "--set", "model.dim=16",
+            "--set", "model.heads=2", "--set", "model.ffn_dim=16", "--set", "train.batch_size=8"]
+    assert main(["quickstart", "--task", "graph", "--out", str(out), "--no-progress", *tiny]) == 0
+    printed = capsys.readouterr().out
+    assert "| steps \\ hops |" in printed and "\n| 1 |" in printed and "\n| 20 |" in printed
+    assert "* = trained hops (1-5)" in printed
+    result = json.loads((out / "quickstart.json").read_text())
+    assert result["task"] == "graph" and set(result["accuracy_by_steps_and_difficulty"]) >= {"1", "20"}
+
+
+def test_unknown_task_is_one_line(capsys):
+    assert main(["quickstart", "--task", "nope"]) == 2  # argparse errors are one line too (looped.cli.common)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid choice: 'nope'" in err[0]
+
+
+def test_eta_states_the_idle_condition_and_scales_with_the_load():
+    idle = quick.eta_line("(KJV bytes)", 5, 14, threads=2, load=0.0, cores=2)
+    assert idle == ("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA here ~5 min "
+                    "(2 torch thread(s), load average 0.0 on 2 core(s))")
+    assert "ETA here ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
+    # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core
+    assert "ETA here ~3 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)  # 2 idle x 1.5
+    assert quick.task_eta_line("logic", threads=1).endswith("its time is not measured yet")
+
+
+def test_graph_verdict_counts_the_hops_each_budget_solves():
+    """The first verdict looked at the hardest test difficulty only (12 hops, beyond this core at any budget) and
+    called a run 'NOT shown' whose 20 steps solved 8 hops where 2 steps solved 1 (the session's graph run)."""
+    import numpy as np
+
+    from looped.eval.reasoning import AccuracyGrid
+
+    accuracy = np.array([[0.86, 0.60, 0.57, 0.52], [0.94, 0.93, 0.84, 0.49], [0.90, 0.96, 0.94, 0.57]])
+    grid = AccuracyGrid([1, 3, 20], [1, 2, 8, 12], accuracy, np.full(4, 200))
+    shown, verdict = quick.grid_verdict(grid, 0.5, trained_max=5)
+    assert shown and "1 step -> 1, 3 steps -> 8, 20 steps -> 8" in verdict
+    flat = AccuracyGrid([1, 20], [1, 8], np.array([[0.9, 0.5], [0.9, 0.5]]), np.full(2, 200))
+    assert quick.grid_verdict(flat, 0.5, trained_max=5)[0] is False
+
+
+@pytest.mark.parametrize("task", quick.TASKS)
+def test_shipped_quickstart_configs_are_the_recipes(task):
+    path = REPO / "configs" / "quickstart" / f"{task}.yaml"
+    assert yaml.safe_load(path.read_text()) == quick.QUICK_RECIPES[task].config
+
+
+def test_text_quickstart_records_its_result_where_asked(tmp_path, capsys):
+    """results/quickstart.json is written by the command (README quoted minutes with no file behind them)."""
+    out, record = tmp_path / "qs", tmp_path / "results" / "quickstart.json"
+    tiny = ["--set", "train.max_steps=1", "--set", "train.eval_every=0", "--set", "model.dim=16",
+            "--set", "model.heads=2", "--set", "model.layers=1", "--set", "model.ffn_dim=16"]
+    assert main(["quickstart", "--out", str(out), "--record", str(record), "--sample-bytes", "4", "--no-progress",
+                 *tiny]) == 0
+    result = json.loads(record.read_text())
+    assert result == json.loads((out / "quickstart.json").read_text())
+    assert result["bits_per_byte"] > 0 and result["torch_threads"] >= 1 and "minutes" in result
