@@ -58,6 +58,7 @@ def test_lengths_reports_the_suite_score_beside_the_published_figures(tmp_path, 
     assert [r["length"] for r in report["lengths"]] == [50, 100]
     assert report["score"] == pytest.approx(sum(accuracies) / 2)  # equal weight per test length
     assert report["metric"] == "prefix_token_accuracy" and report["level"] == "R" and report["chance"] == 0.5
+    assert report["paper_task"] == "Parity Check"
     assert report["published_percent"] == PUBLISHED["parity_check"] and "2207.02098" in report["citation"]
 
 

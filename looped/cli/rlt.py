@@ -99,7 +99,8 @@ def suite_summary(task, records: list[dict], log=None) -> dict:
                           for row, value in published.items())
         log(f"score ({task.primary_metric} averaged over {len(records)} lengths): {100 * score:.1f}%; "
             f"published: {shown}")
-    return {"suite": "chomsky", "level": task.level, "metric": task.primary_metric, "score": score,
+    return {"suite": "chomsky", "paper_task": task.paper_name, "level": task.level, "metric": task.primary_metric,
+            "score": score,
             "chance": task.chance_accuracy, "published_percent": published, "citation": CITATION}
 
 
