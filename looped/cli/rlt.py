@@ -100,8 +100,7 @@ def suite_summary(task, records: list[dict], log=None) -> dict:
         log(f"score ({task.primary_metric} averaged over {len(records)} lengths): {100 * score:.1f}%; "
             f"published: {shown}")
     return {"suite": "chomsky", "paper_task": task.paper_name, "level": task.level, "metric": task.primary_metric,
-            "score": score,
-            "chance": task.chance_accuracy, "published_percent": published, "citation": CITATION}
+            "score": score, "chance": task.chance_accuracy, "published_percent": published, "citation": CITATION}
 
 
 def add_commands(sub) -> None:
