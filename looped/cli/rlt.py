@@ -5,6 +5,10 @@ length-grid evaluation.
     looped continue RUN --state chat.safetensors --prompt "1<EOS>"    # later: resumes exactly where it stopped
     looped lengths RUN [--n 1024] [--lengths 32 64 ...] [--out lengths.json]    # table + RUN/lengths.png
 
+A run trained on a Chomsky-hierarchy task (data/tasks/chomsky.py) is scored on that suite's grid (50 ... 500)
+and its report adds the suite's score (per-token accuracy averaged over the lengths) beside the paper's
+published Transformer / LSTM figures (experiments/chomsky.py).
+
 The state file (what it holds, how a state from another model is refused) is infer/state.py.
 """
 
@@ -79,17 +83,18 @@ def cmd_continue(args) -> int:
 
 
 def cmd_lengths(args) -> int:
-    from ..eval.lengths import evaluate_lengths, plot_length_curves, resolve_task
+    from ..eval.lengths import evaluate_lengths, length_grid, plot_length_curves, resolve_task
     from ..train.sequence import allowed_lengths
 
     model, config = load_sequence_run(args.run, args.which, "lengths")
     task = resolve_task(config.task.name, config.task.variant)
-    records = evaluate_lengths(model, config.task.name, variant=config.task.variant, lengths=args.lengths,
-                               n=args.n, batch_size=args.batch_size,
-                               log=None if args.quiet else lambda m: print(m, file=sys.stderr))
+    check_grid_fits(task, args.lengths or length_grid(task), config.model.context_length)
+    log = None if args.quiet else lambda m: print(m, file=sys.stderr)
+    records = evaluate_lengths(model, task, lengths=args.lengths, n=args.n, batch_size=args.batch_size, log=log)
     trained = allowed_lengths(task, config.task.train_lengths)
     result = {"run": str(args.run), "task": config.task.name, "variant": config.task.variant,
               "trained_lengths": [trained[0], trained[-1]], "chance": task.chance_accuracy, "lengths": records}
+    result.update(suite_summary(task, records, log=log))
     if args.json:  # for scripts: the JSON on stdout, nothing else
         print_json(result, args.out)
         return 0
@@ -136,6 +141,36 @@ def print_json_file(result: dict, out: str) -> None:
     atomic_write_text(Path(out), json.dumps(result, indent=2) + "\n")
 
 
+def check_grid_fits(task, lengths, context_length: int) -> None:
+    """Refuse, in one line and before any test set is built, a grid whose rows outgrow the model's context."""
+    from ..eval.lengths import widest_row
+
+    length, positions = widest_row(task, lengths)
+    if positions > context_length:
+        raise ValueError(f"{task.name} rows of length {length} take {positions} positions, more than the model's "
+                         f"context_length {context_length} (pass shorter --lengths)")
+
+
+def suite_summary(task, records: list[dict], log=None) -> dict:
+    """For a Chomsky-hierarchy task: the suite's score (its headline metric averaged over the test lengths) and
+    the paper's Transformer / LSTM figures beside it; nothing for other tasks."""
+    from ..data.tasks.chomsky import ChomskyTask
+    from ..eval.lengths import length_average
+    from ..experiments.chomsky import CITATION, published_row
+
+    if not isinstance(task, ChomskyTask):
+        return {}
+    score = length_average(records, task.primary_metric)
+    published = published_row(task.name)
+    if log:
+        shown = ", ".join(f"{row} {'not found' if value is None else f'{value:.1f}%'}"
+                          for row, value in published.items())
+        log(f"score ({task.primary_metric} averaged over {len(records)} lengths): {100 * score:.1f}%; "
+            f"published: {shown}")
+    return {"suite": "chomsky", "paper_task": task.paper_name, "level": task.level, "metric": task.primary_metric,
+            "score": score, "chance": task.chance_accuracy, "published_percent": published, "citation": CITATION}
+
+
 def add_commands(sub) -> None:
     """Add `continue` and `lengths` to the `looped` sub-commands."""
     p = sub.add_parser("continue", help="seed 003: continue a saved decode state (prefill, generate, save)")
@@ -151,7 +186,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("lengths", help="seed 003: accuracy on the paper's test-length grid (table + lengths.png)")
     p.add_argument("run", help="run folder or checkpoint folder trained with task kind `sequence`")
     p.add_argument("--lengths", type=int, nargs="+", help="default: the task's grid")
-    p.add_argument("--n", type=int, help="rows per length (default 1,024; addition 256)")
+    p.add_argument("--n", type=int, help="rows per length (default 1,024; addition and the Chomsky suite 256)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--which", choices=["last", "best"])
     p.add_argument("--out", help="also write the JSON here")

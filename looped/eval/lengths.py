@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..data.tasks.algorithmic import AlgorithmicTask
@@ -99,6 +100,24 @@ def evaluate_lengths(model, task: AlgorithmicTask | str, *, lengths: Iterable[in
     return records
 
 
+def length_average(records: Sequence[dict], metric: str) -> float:
+    """`metric` averaged over the test lengths with equal weight: the Chomsky-hierarchy suite's score (the paper
+    averages the per-length accuracy over every length in 41..500; this is that mean over our grid)."""
+    if not records:
+        raise ValueError("no length records to average")
+    return sum(float(r[metric]) for r in records) / len(records)
+
+
+def widest_row(task: AlgorithmicTask, lengths: Iterable[int], probe_rows: int = 64) -> tuple[int, int]:
+    """(length, positions) of the widest of `probe_rows` sampled rows per length: a quick check that a grid fits
+    a model's context before any test set is built (rows of variable width can still come out a little wider)."""
+    best = (0, 0)
+    for n in lengths:
+        positions = int(task.sample(np.random.default_rng(0), probe_rows, int(n)).lengths.max())
+        best = max(best, (positions, int(n)))
+    return best[1], best[0]
+
+
 def aggregate_over_seeds(records: Iterable[dict], *, keys: Sequence[str] = ("row", "length"),
                          metrics: Sequence[str] = METRICS) -> list[dict]:
     """Group per-seed records by `keys`; each group gives n, and mean and SD of every metric."""
@@ -171,5 +190,5 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
     return path
 
 
-__all__ = ["METRICS", "aggregate_over_seeds", "evaluate_lengths", "length_grid", "mean_sd", "plot_length_curves",
-           "test_rows"]
+__all__ = ["METRICS", "aggregate_over_seeds", "evaluate_lengths", "length_average", "length_grid", "widest_row",
+           "mean_sd", "plot_length_curves", "test_rows"]

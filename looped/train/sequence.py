@@ -49,7 +49,7 @@ from .tasks import register_task_kind
 @dataclass
 class SequenceTaskConfig:
     kind: str = "sequence"
-    name: str = "parity"  # addition | parity | mod5_flat | mod5_bracketed | s5
+    name: str = "parity"  # addition | parity | mod5_flat | mod5_bracketed | s5 | a Chomsky-suite task (chomsky.py)
     variant: str | None = None  # s5 only: standard | swaps
     train_lengths: list[int] | None = None  # [shortest, longest] training length; None = the task's range
     curriculum_start: int | None = None  # longest training length at update 0; None = no curriculum

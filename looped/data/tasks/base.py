@@ -140,7 +140,7 @@ def register_task(name: str):
 
 # Loaded by module name (their @register_task decorators fill _TASKS), so no task module imports a module
 # that imports it.
-BUILTIN_MODULES = ("addition", "parity", "mod5", "s5", "graph", "boolean", "family")
+BUILTIN_MODULES = ("addition", "parity", "mod5", "s5", "graph", "boolean", "family", "chomsky")
 
 
 def _load_builtin() -> None:

@@ -1,0 +1,84 @@
+"""Independent solvers of the Chomsky-hierarchy suite (chomsky.py): each maps a task's input text to its output
+text with plain Python, by a different method than the generator's (the tests compare the two on thousands of
+rows). Output formats follow chomsky.py; "<EOS>" is stack_manipulation's end marker.
+"""
+
+from __future__ import annotations
+
+
+def solve_even_pairs(text: str) -> str:
+    """Count the 'ab' and 'ba' substrings one by one (not the first-equals-last shortcut)."""
+    pairs = sum(1 for left, right in zip(text, text[1:]) if left + right in ("ab", "ba"))
+    return "b" if pairs % 2 == 0 else "a"
+
+
+def solve_parity_check(text: str) -> str:
+    return "b" if text.count("b") % 2 == 0 else "a"
+
+
+def solve_cycle_navigation(text: str) -> str:
+    """Move a marker one step at a time around a 5-cycle."""
+    position = 0
+    for move in text:
+        position = {"0": position, "1": (position + 1) % 5, "2": (position + 4) % 5}[move]
+    return str(position)
+
+
+def solve_modular_arithmetic_simple(text: str) -> str:
+    """Fold left to right over exact Python integers and reduce modulo 5 once, at the end (the generator reduces
+    after every operation)."""
+    value = int(text[0])
+    for op, digit in zip(text[1::2], text[2::2]):
+        value = {"+": value + int(digit), "-": value - int(digit), "*": value * int(digit)}[op]
+    return str(value % 5)
+
+
+def solve_stack_manipulation(text: str) -> str:
+    """Read the actions backwards: a pop cancels the nearest push before it, the pops left over remove the top of
+    the initial stack."""
+    split = _stack_prefix(text)
+    stack, actions = text[:split], text[split:]
+    survivors, pending_pops = [], 0
+    for action in reversed(actions):
+        if action == "-":
+            pending_pops += 1
+        elif pending_pops:
+            pending_pops -= 1
+        else:
+            survivors.append(action.lower())
+    initial_top_first = stack[::-1][pending_pops:]
+    return "".join(survivors) + initial_top_first + "<EOS>"
+
+
+def _stack_prefix(text: str) -> int:
+    """Length of the leading run of stack symbols (a/b) before the first action."""
+    for i, symbol in enumerate(text):
+        if symbol not in "ab":
+            return i
+    return len(text)
+
+
+def solve_reverse_string(text: str) -> str:
+    return "".join(reversed(text))
+
+
+def solve_duplicate_string(text: str) -> str:
+    return text * 2
+
+
+def solve_binary_addition(text: str) -> str:
+    """Python integers: parse both little-endian operands, add, write little-endian."""
+    a, b = text.split("+")
+    return format(int(a[::-1], 2) + int(b[::-1], 2), "b")[::-1]
+
+
+def solve_bucket_sort(text: str) -> str:
+    """Counting sort over the five digits."""
+    return "".join(digit * text.count(digit) for digit in "01234")
+
+
+SOLVERS = {"even_pairs": solve_even_pairs, "parity_check": solve_parity_check,
+           "cycle_navigation": solve_cycle_navigation, "modular_arithmetic_simple": solve_modular_arithmetic_simple,
+           "stack_manipulation": solve_stack_manipulation, "reverse_string": solve_reverse_string,
+           "duplicate_string": solve_duplicate_string, "binary_addition": solve_binary_addition,
+           "bucket_sort": solve_bucket_sort}

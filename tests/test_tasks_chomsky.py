@@ -1,0 +1,175 @@
+"""The Chomsky-hierarchy suite (looped/data/tasks/chomsky.py): targets against the independent solvers, the row
+format, hand-worked examples, chance accuracies, registration, and the published-figures table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from looped.data.tasks import TaskError, get_task
+from looped.data.tasks.chomsky import QUERY, SUITE, ChomskyTask, transduction_batch
+from looped.data.tasks.chomsky_reference import SOLVERS
+from looped.data.tasks.vocabulary import BOS, EOS, PAD, decode_task_text, encode_task_text
+
+# Every training length, and a spread of test lengths up to the paper's 500.
+LENGTHS = tuple(range(1, 41)) + (41, 57, 100, 173, 256, 333, 419, 500)
+ROWS_PER_LENGTH = 48  # 48 x 48 lengths = 2,304 instances per task
+
+
+def split_row(batch, i: int) -> tuple[str, str, int]:
+    """(input text, scored output text, number of ∅ tokens) of row i."""
+    real = batch.tokens[i, : int(batch.lengths[i])].tolist()
+    queries = real.count(QUERY)
+    outputs = batch.targets[i][batch.loss_mask[i]].tolist()
+    return decode_task_text(real[1: len(real) - queries]), decode_task_text(outputs), queries
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_targets_match_the_independent_solver(name):
+    task = get_task(name)
+    rng = np.random.default_rng(2207)
+    checked = 0
+    for length in LENGTHS:
+        if length < task.min_length:
+            continue
+        batch = task.sample(rng, ROWS_PER_LENGTH, length)
+        for i in range(len(batch)):
+            text, answer, _ = split_row(batch, i)
+            assert SOLVERS[name](text) == answer, (name, length, text)
+            checked += 1
+    assert checked >= 2000
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_row_format_is_bos_input_then_one_query_per_scored_output(name):
+    task = get_task(name)
+    batch = task.sample(np.random.default_rng(0), 32, 12)
+    assert (batch.tokens[:, 0] == BOS).all() and (batch.difficulty == 12).all()
+    for i in range(len(batch)):
+        n = int(batch.lengths[i])
+        row, mask = batch.tokens[i, :n], batch.loss_mask[i, :n]
+        assert torch.equal(mask, row == QUERY)  # scored exactly at the ∅ positions, which all come after the input
+        first_query = int(mask.nonzero()[0])
+        assert mask[first_query:].all() and not mask[:first_query].any()
+        assert (batch.targets[i, :n][~mask] == PAD).all() and not (batch.targets[i, :n][mask] == PAD).any()
+        assert not batch.loss_mask[i, n:].any() and (batch.tokens[i, n:] == PAD).all()
+
+
+def test_input_lengths_follow_the_paper():
+    rng = np.random.default_rng(0)
+    for name in ("even_pairs", "parity_check", "cycle_navigation", "reverse_string", "duplicate_string",
+                 "bucket_sort", "stack_manipulation"):
+        assert all(len(split_row(get_task(name).sample(rng, 4, 7), i)[0]) == 7 for i in range(4)), name
+    arithmetic = get_task("modular_arithmetic_simple")  # odd only: an even n gives n + 1 symbols (paper, A.3)
+    assert len(split_row(arithmetic.sample(rng, 1, 6), 0)[0]) == 7
+    assert len(split_row(arithmetic.sample(rng, 1, 7), 0)[0]) == 7
+    addition = get_task("binary_addition")  # n bits in all, plus the '+'
+    assert all(len(split_row(addition.sample(rng, 8, 9), i)[0]) == 10 for i in range(8))
+    with pytest.raises(TaskError, match="outside the supported range 2"):
+        addition.sample(rng, 1, 1)
+
+
+def test_output_lengths():
+    rng = np.random.default_rng(0)
+    assert split_row(get_task("duplicate_string").sample(rng, 1, 9), 0)[2] == 18
+    assert split_row(get_task("reverse_string").sample(rng, 1, 9), 0)[2] == 9
+    assert split_row(get_task("parity_check").sample(rng, 1, 9), 0)[2] == 1
+    stack = get_task("stack_manipulation").sample(rng, 64, 9)
+    for i in range(64):
+        text, answer, queries = split_row(stack, i)
+        assert answer.endswith("<EOS>") and queries == len(answer) - len("<EOS>") + 1
+
+
+# --- hand-worked examples (the paper's Appendix A.3 examples first) -------------------------------------------
+
+HAND_WORKED = {
+    "even_pairs": [("aabba", "b"), ("ab", "a"), ("a", "b"), ("abab", "a"), ("baab", "b")],
+    "parity_check": [("aaabba", "b"), ("b", "a"), ("a", "b"), ("bbb", "a")],
+    "cycle_navigation": [("010211", "2"), ("2", "4"), ("11111", "0"), ("222", "2")],
+    "modular_arithmetic_simple": [("1+2-4", "4"), ("3", "3"), ("4*4", "1"), ("2+3*2", "0"), ("1-2-3", "1")],
+    "stack_manipulation": [("abbaa-A-", "abba<EOS>"), ("a--", "<EOS>"), ("bAB", "bab<EOS>"), ("ab-B", "ba<EOS>"),
+                           ("b-A-B", "b<EOS>")],
+    "reverse_string": [("aabba", "abbaa"), ("a", "a"), ("ab", "ba")],
+    "duplicate_string": [("abaab", "abaababaab"), ("b", "bb")],
+    "binary_addition": [("011+11", "1001"), ("1+1", "01"), ("0+0", "0"), ("01+1", "11"), ("11+11", "011")],
+    "bucket_sort": [("421302214", "011222344"), ("4", "4"), ("40", "04")],
+}
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_solver_on_hand_worked_examples(name):
+    for text, answer in HAND_WORKED[name]:
+        assert SOLVERS[name](text) == answer, (name, text)
+
+
+def test_generators_on_hand_worked_examples():
+    """Generator answers for inputs we can force: length 1 has every input in a few draws."""
+    rng = np.random.default_rng(3)
+    seen = {}
+    for name in ("even_pairs", "parity_check", "cycle_navigation", "bucket_sort", "reverse_string"):
+        batch = get_task(name).sample(rng, 64, 1)
+        seen[name] = {split_row(batch, i)[0]: split_row(batch, i)[1] for i in range(64)}
+    assert seen["even_pairs"] == {"a": "b", "b": "b"}  # one symbol: no pairs, even
+    assert seen["parity_check"] == {"a": "b", "b": "a"}
+    assert seen["cycle_navigation"] == {"0": "0", "1": "1", "2": "4"}
+    assert seen["bucket_sort"] == {d: d for d in "01234"}
+    assert seen["reverse_string"] == {"a": "a", "b": "b"}
+    addition = get_task("binary_addition").sample(rng, 64, 2)  # one bit each: the four sums of two bits
+    pairs = {split_row(addition, i)[0]: split_row(addition, i)[1] for i in range(64)}
+    assert pairs == {"0+0": "0", "0+1": "1", "1+0": "1", "1+1": "01"}
+
+
+def test_transduction_batch_by_hand():
+    x = [encode_task_text("ab"), encode_task_text("b")]
+    y = [encode_task_text("ba"), encode_task_text("b")]
+    batch = transduction_batch(x, y, 2)
+    assert batch.tokens.tolist() == [[BOS, ord("a"), ord("b"), QUERY, QUERY], [BOS, ord("b"), QUERY, PAD, PAD]]
+    assert batch.targets.tolist() == [[PAD, PAD, PAD, ord("b"), ord("a")], [PAD, PAD, ord("b"), PAD, PAD]]
+    assert batch.lengths.tolist() == [5, 3]
+    same = transduction_batch(np.array(x[:1]), np.array(y[:1]), 2)  # the fixed-width path builds the same row
+    assert torch.equal(same.tokens, batch.tokens[:1]) and torch.equal(same.targets, batch.targets[:1])
+
+
+# --- chance, scoring, registration ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_chance_is_uniform_over_the_output_alphabet(name):
+    task = get_task(name)
+    batch = task.sample(np.random.default_rng(1), 256, 30)
+    alphabet = set(batch.targets[batch.loss_mask].tolist())
+    assert task.chance_accuracy == pytest.approx(1 / len(alphabet))
+    if name == "stack_manipulation":
+        assert alphabet == {ord("a"), ord("b"), EOS}
+
+
+def test_scoring_perfect_and_one_wrong_token():
+    task = get_task("reverse_string")
+    batch = task.sample(np.random.default_rng(0), 4, 10)
+    assert task.score(batch, batch.targets)["prefix_token_accuracy"] == 1.0
+    wrong = batch.targets.clone()
+    row, position = 2, int(batch.loss_mask[2].nonzero()[3])
+    wrong[row, position] = ord("a") + ord("b") - wrong[row, position]
+    scores = task.score(batch, wrong)
+    assert scores["prefix_token_accuracy"] == pytest.approx(39 / 40) and scores["sequence_accuracy"] == 0.75
+
+
+def test_suite_protocol_and_registration():
+    from looped.cli.data import show_examples
+
+    for name in SUITE:
+        task = get_task(name)
+        assert isinstance(task, ChomskyTask) and task.level in ("R", "DCF", "CS")
+        assert max(task.train_lengths) == 40 and min(task.test_lengths) > 40 and max(task.test_lengths) == 500
+        assert task.primary_metric == "prefix_token_accuracy"
+        assert show_examples(name, n=1, difficulty=5)[0].startswith("<BOS>")
+
+
+def test_published_table_names_only_suite_tasks():
+    from looped.experiments.chomsky import PUBLISHED
+
+    assert set(PUBLISHED) == set(SUITE)
+    assert all(set(row) == {"transformer", "lstm"} for row in PUBLISHED.values())
+    assert PUBLISHED["parity_check"] == {"transformer": 52.0, "lstm": 100.0}  # percent, as the paper prints them
+    assert PUBLISHED["bucket_sort"] == {"transformer": None, "lstm": None}  # not found here: no number invented
