@@ -1,6 +1,6 @@
 """`looped compare`: does looping pay on my data? (looped.experiments.compare)
 
-    looped compare                                               # the embedded KJV, 4 rows x 3 seeds, ~25 minutes
+    looped compare                                               # the embedded KJV, 4 rows x 3 seeds, < 30 minutes
     looped compare --data notes.txt                              # one file: its last 5 % is held out
     looped compare --data train.txt --heldout valid.txt --archs transformer workspace --seeds 2 --minutes 10
     looped compare --data DATA.yaml                              # a config's data section
@@ -124,7 +124,7 @@ def describe_plan(plan: dict) -> str:
 
 
 def add_commands(sub) -> None:
-    from ..experiments.compare_plan import ARCHS, DEFAULT_ARCHS
+    from ..experiments.compare_plan import ARCHS, DEFAULT_ARCHS, DEFAULT_STEPS
 
     p = sub.add_parser("compare", help="does looping pay on my data? rows at equal parameters and equal FLOPs, "
                                        "over seeds: a table, verdicts and plots (resumable)")
@@ -138,15 +138,15 @@ def add_commands(sub) -> None:
                    help="params: equal parameters and updates; flops: also a plain row given the looped rows' "
                         "training FLOPs (default both)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
-    p.add_argument("--minutes", type=float, default=25.0,
-                   help="size the updates per run so the whole comparison takes about this long here (measured; "
-                        "default 25)")
-    p.add_argument("--steps", type=int, help="updates per run instead of sizing them by --minutes")
+    p.add_argument("--steps", type=int, help=f"updates per run (default {DEFAULT_STEPS}: the default comparison "
+                                             f"then fits 30 minutes on 2 idle cores)")
+    p.add_argument("--minutes", type=float, help="instead of --steps: time a few updates of each row here and size "
+                                                 "the updates per run so the whole comparison takes about this long")
     p.add_argument("--context", type=int, default=128, help="bytes of context (default 128)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per update (default 16)")
     p.add_argument("--rounds", type=int, default=4, help="trained rounds of the looped rows = layers of the plain row")
-    p.add_argument("--heldout-bytes", type=int, default=32_768,
-                   help="held-out bytes scored at every evaluation (the start of the held-out text; default 32768)")
+    p.add_argument("--heldout-bytes", type=int, default=16_384,
+                   help="held-out bytes scored at every evaluation (the start of the held-out text; default 16384)")
     p.add_argument("--data-seed", type=int, default=0, help="the data order every run shares (default 0)")
     p.add_argument("--threads", type=int, help="torch threads per run (default torch's)")
     p.add_argument("--strict", action="store_true", help="refuse to train when the data checks find a mismatch")

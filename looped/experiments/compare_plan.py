@@ -46,6 +46,13 @@ CURVE_POINTS = 20  # held-out evaluations per run
 DEPTH_FACTOR = 2  # looped rows are swept over test-time rounds 1 .. 2 x trained
 RECIPE = {"lr": 2.0e-3, "weight_decay": 0.1, "schedule": "cosine", "min_lr": 2.0e-4}
 MIN_STEPS = 20  # fewer updates than this say nothing about an architecture
+# Updates per run when neither --steps nor --minutes is given: the default comparison (4 rows + the FLOP-matched
+# plain row, 3 seeds, 1M parameters, 16 x 128 bytes per update) fits 30 minutes on 2 idle cores. Estimated from
+# the CPU seconds (time.process_time, one thread) of updates and held-out batches, which a loaded machine does
+# not inflate the way it inflates wall clock: default_budget_minutes(90) gave 27.5 minutes on one core (10.1 s per
+# common update over the 15 runs, 12.3 minutes of evaluations, depth sweeps and overhead), so two idle cores
+# take less. 90 updates x 16 x 128 bytes is a short budget: the comparison answers at what fits half an hour.
+DEFAULT_STEPS = 90
 PLAN_FILE = "plan.json"
 
 
@@ -57,12 +64,12 @@ class CompareOptions:
     params: int = 1_000_000
     match: list[str] = field(default_factory=lambda: ["params", "flops"])
     seeds: int = 3
-    minutes: float = 25.0  # whole-comparison wall clock the per-run budget is sized for
-    steps: int | None = None  # updates per run, given (then `minutes` is not used)
+    minutes: float | None = None  # size the updates per run so the whole comparison takes this long here
+    steps: int | None = None  # updates per run (neither given: DEFAULT_STEPS)
     context: int = 128
     batch_size: int = 16
     rounds: int = 4  # training depth of the looped rows (the plain row has this many layers)
-    heldout_bytes: int = 32_768  # held-out bytes scored (each curve point and the depth sweep)
+    heldout_bytes: int = 16_384  # held-out bytes scored (each curve point and the depth sweep)
     data_seed: int = 0
     data: dict = field(default_factory=lambda: {"corpus": "kjv"})  # the data section (without block/sampler keys)
     threads: int | None = None
@@ -87,7 +94,9 @@ class CompareOptions:
                 raise ValueError(f"{option}: must be at least {least}, got {value}")
         if self.seeds > len(SEEDS):
             raise ValueError(f"--seeds: at most {len(SEEDS)}, got {self.seeds}")
-        if self.steps is None and not self.minutes > 0:
+        if self.steps is not None and self.minutes is not None:
+            raise ValueError("--steps / --minutes: give one budget (updates per run, or the minutes to fit)")
+        if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"--minutes: must be > 0, got {self.minutes}")
 
     @property
@@ -187,9 +196,10 @@ class Timing:
     eval_batch_s: float
 
 
-def measure(model_fields: dict, options: CompareOptions, repeats: int = 2) -> Timing:
-    """Time a few updates and held-out batches of a freshly built model on random bytes (after one warm-up):
-    the machine as it is now, load included, which is what the comparison will run on."""
+def measure(model_fields: dict, options: CompareOptions, repeats: int = 2, clock=time.perf_counter) -> Timing:
+    """Time a few updates and held-out batches of a freshly built model on random bytes (after one warm-up).
+    The wall clock (default) measures the machine as it is now, load included, which is what the comparison
+    will run on; time.process_time measures the CPU seconds, what an idle machine would take."""
     fields = dict(model_fields)
     model = build_model(get_arch(fields.pop("arch")).config(**fields))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -197,17 +207,17 @@ def measure(model_fields: dict, options: CompareOptions, repeats: int = 2) -> Ti
     held = torch.randint(0, 256, (16, options.context + 1))
     updates, evals = [], []
     for i in range(repeats + 1):
-        start = time.perf_counter()
+        start = clock()
         logits = model(batch[:, :-1])
         torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        middle = time.perf_counter()
+        middle = clock()
         with torch.inference_mode():
             model(held[:, :-1])
         if i:  # the first pass allocates and warms caches
             updates.append(middle - start)
-            evals.append(time.perf_counter() - middle)
+            evals.append(clock() - middle)
     return Timing(statistics.median(updates), statistics.median(evals))
 
 
@@ -229,19 +239,22 @@ def sweep_units(row: str, rounds: int) -> float:
     return top * (top + 1) / 2 / rounds
 
 
-def steps_for_minutes(options: CompareOptions, timings: dict[str, Timing], flops_ratio: float) -> int:
-    """The common updates per run that make the whole comparison (every row, every seed) fit --minutes.
-
-    Each run's time is linear in the updates (run_seconds), the FLOP-matched row trains `flops_ratio` x as many,
-    so the total is a x steps + b and the budget is (60 x minutes - b) / a."""
+def cost_model(options: CompareOptions, timings: dict[str, Timing], flops_ratio: float) -> tuple[float, float]:
+    """(seconds per common update, fixed seconds) of the whole comparison, every row and seed: each run's time is
+    linear in the updates (run_seconds) and the FLOP-matched row trains `flops_ratio` x as many."""
     heldout_batches = math.ceil(options.heldout_bytes // (options.context + 1) / 16)
     per_step, fixed = 0.0, 0.0
     for row in options.rows:
         timing = timings[PLAIN if row == FLOPS_ROW else row]
-        scale = flops_ratio if row == FLOPS_ROW else 1.0
         fixed += run_seconds(0, timing, heldout_batches, sweep_units(row, options.rounds))
-        per_step += scale * timing.update_s
-    per_step, fixed = per_step * options.seeds, fixed * options.seeds
+        per_step += (flops_ratio if row == FLOPS_ROW else 1.0) * timing.update_s
+    return per_step * options.seeds, fixed * options.seeds
+
+
+def steps_for_minutes(options: CompareOptions, timings: dict[str, Timing], flops_ratio: float) -> int:
+    """The common updates per run that make the whole comparison fit --minutes: (60 x minutes - fixed) / per
+    update (cost_model)."""
+    per_step, fixed = cost_model(options, timings, flops_ratio)
     steps = math.floor((60 * options.minutes - fixed) / per_step)
     if steps < MIN_STEPS:
         least = (fixed + MIN_STEPS * per_step) / 60
@@ -251,14 +264,27 @@ def steps_for_minutes(options: CompareOptions, timings: dict[str, Timing], flops
     return steps
 
 
+def default_budget_minutes(steps: int = DEFAULT_STEPS) -> float:
+    """Predicted minutes of the default comparison on an idle machine at `steps` updates per run: the cost model
+    fed with CPU seconds at one thread (time.process_time), which ignores the time a loaded machine's other jobs
+    take from this process; a second idle core only makes it faster. How DEFAULT_STEPS was chosen."""
+    options = CompareOptions()
+    torch.set_num_threads(1)
+    widths = solve_widths(options)
+    flops = {arch: update_flops(model_section(widths, arch), options) for arch in options.archs}
+    timings = {arch: measure(model_section(widths, arch), options, clock=time.process_time) for arch in options.archs}
+    per_step, fixed = cost_model(options, timings, max(flops[a] for a in options.looped) / flops[PLAIN])
+    return (steps * per_step + fixed) / 60
+
+
 def make_plan(options: CompareOptions, log=print) -> dict:
     """Solve the widths, size the budget (measuring when --minutes sizes it) and the FLOP target."""
     widths = solve_widths(options)
     flops = {arch: update_flops(model_section(widths, arch), options) for arch in options.archs}
     looped_max = max((flops[a] for a in options.looped), default=flops[PLAIN])
     timings = None
-    if options.steps is not None:
-        steps = options.steps
+    if options.minutes is None:
+        steps = options.steps or DEFAULT_STEPS
     else:
         log(f"timing a few updates of each row to fit {options.minutes:g} minutes ...")
         timings = {arch: measure(model_section(widths, arch), options) for arch in options.archs}
