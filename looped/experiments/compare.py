@@ -31,7 +31,7 @@ from ..train import load_model
 from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
 from . import results as runner
-from .compare_plan import DEPTH_FACTOR, FLOPS_ROW, PLAIN, CompareOptions, predicted_seconds, run_config
+from .compare_plan import DEPTH_FACTOR, FLOPS_ROW, PLAIN, CompareOptions, predicted_seconds, row_steps, run_config
 from .compare_report import write_report
 from .results import ResultTable
 
@@ -83,7 +83,6 @@ class CompareStudy:
         self.clock.start()
 
     def evaluate(self, key: dict, config, folder: Path, seconds: float, log) -> None:
-        self.clock.ran(key, seconds)
         update_flops = self.spec["update_flops"][config.model.arch]
         curve = record_curve(self.curves, key, folder, update_flops)
         best = min(curve, key=lambda e: e["val_bits_per_byte"])
@@ -100,6 +99,7 @@ class CompareStudy:
                           "decode_tokens_per_s": f"{decode_speed(model):.1f}",
                           "state_bytes_1024": ledger.state_bytes(STATE_CONTEXT), "train_seconds": f"{seconds:.1f}",
                           "status": "ok"})
+        self.clock.ran(key, trained=seconds > 0)
 
     def report(self) -> None:
         write_report(self.out, self.spec)
@@ -158,29 +158,45 @@ def decode_speed(model, prompt: int = DECODE_PROMPT, tokens: int = DECODE_TOKENS
 
 
 class Progress:
-    """What the log says before each run: which of how many, and the time left for it and for the comparison
-    (the plan's predicted seconds, scaled by how the runs finished so far compared with their prediction)."""
+    """What the log says before each run: which of how many, and the minutes left for it and for the comparison.
+    A row's time is what its earlier seeds took (training and scoring); a row not run yet is predicted from the
+    plan's timings (--minutes), else from the seconds per training FLOP of the runs finished so far."""
 
     def __init__(self, plan: dict, log):
+        self.plan, self.log = plan, log
         self.predicted = predicted_seconds(plan)
-        self.log, self.actual, self.expected = log, 0.0, 0.0
+        self.observed: dict[str, list[float]] = {}
+        self.started: float | None = None
 
     def start(self) -> None:
-        self.actual = self.expected = 0.0
+        self.observed, self.started = {}, None
 
-    def ran(self, key: dict, seconds: float) -> None:
-        if seconds and key["row"] in self.predicted:
-            self.actual += seconds
-            self.expected += self.predicted[key["row"]]
+    def ran(self, key: dict, trained: bool) -> None:
+        """Record the run that just finished (a run trained by an earlier process tells nothing about speed)."""
+        if trained and self.started is not None:
+            self.observed.setdefault(key["row"], []).append(time.perf_counter() - self.started)
+
+    def seconds(self, row: str) -> float | None:
+        if row in self.observed:
+            return statistics.fmean(self.observed[row])
+        if row in self.predicted:
+            return self.predicted[row]
+        done = [(r, statistics.fmean(v)) for r, v in self.observed.items()]
+        if not done:
+            return None
+        per_flop = sum(s for _, s in done) / sum(row_train_flops(self.plan, r) for r, _ in done)
+        return per_flop * row_train_flops(self.plan, row)
 
     def before(self, key: dict, plan: list[dict], results: ResultTable) -> str:
+        self.started = time.perf_counter()
         results.reload()
-        index = plan.index(key) + 1
         left = [k for k in plan if not results.has(**k)]
-        text = f"compare [{index}/{len(plan)}]: {key['row']} / seed {key['seed']}"
-        if key["row"] not in self.predicted:
+        text = f"compare [{plan.index(key) + 1}/{len(plan)}]: {key['row']} / seed {key['seed']}"
+        this, each = self.seconds(key["row"]), [self.seconds(k["row"]) for k in left]
+        if this is None or None in each:
             return text
-        scale = self.actual / self.expected if self.expected else 1.0
-        this = scale * self.predicted[key["row"]]
-        total = scale * sum(self.predicted.get(k["row"], 0.0) for k in left)
-        return f"{text} (ETA this run ~{this / 60:.1f} min, all {len(left)} left ~{total / 60:.1f} min)"
+        return f"{text} (ETA this run ~{this / 60:.1f} min, all {len(left)} left ~{sum(each) / 60:.1f} min)"
+
+
+def row_train_flops(plan: dict, row: str) -> float:
+    return row_steps(plan, row) * plan["update_flops"][PLAIN if row == FLOPS_ROW else row]
