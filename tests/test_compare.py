@@ -175,8 +175,14 @@ def test_bad_options_end_in_one_line(tmp_path, capsys, options, message):
     assert not (tmp_path / "out" / "plan.json").exists()
 
 
-def test_resuming_with_other_options_is_refused_in_one_line(tmp_path, capsys):
+def test_resuming_with_other_options_is_refused_in_one_line_but_more_seeds_are_added(tmp_path):
     corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
-    load_or_make_plan(tmp_path / "out", tiny_options(corpus), log=lambda m: None)
-    with pytest.raises(ValueError, match=r"holds a comparison with other options \(seeds: 1 there, 2 now\)"):
-        load_or_make_plan(tmp_path / "out", tiny_options(corpus, seeds=2), log=lambda m: None)
+    first = load_or_make_plan(tmp_path / "out", tiny_options(corpus), log=lambda m: None)
+    with pytest.raises(ValueError, match=r"holds a comparison with other options \(heldout_bytes: 1024 there, 2048 now\)"):
+        load_or_make_plan(tmp_path / "out", tiny_options(corpus, heldout_bytes=2048), log=lambda m: None)
+    with pytest.raises(ValueError, match="holds a comparison of 4 updates per run"):
+        load_or_make_plan(tmp_path / "out", tiny_options(corpus, steps=9), log=lambda m: None)
+    more = load_or_make_plan(tmp_path / "out", tiny_options(corpus, seeds=2, steps=None, minutes=5),
+                             log=lambda m: None)
+    assert more["steps"] == first["steps"] == 4  # the runs of the new seed get the budget of the first ones
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["options"]["seeds"] == 2

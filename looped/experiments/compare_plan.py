@@ -54,6 +54,9 @@ MIN_STEPS = 20  # fewer updates than this say nothing about an architecture
 # take less. 90 updates x 16 x 128 bytes is a short budget: the comparison answers at what fits half an hour.
 DEFAULT_STEPS = 90
 PLAN_FILE = "plan.json"
+# options a saved plan may change on resume: more seeds add runs of the same budget; `minutes` only sized the
+# updates when the plan was made (the plan keeps them), and `steps` may repeat the plan's own number
+EXTENSIBLE = ("seeds", "minutes", "steps")
 
 
 @dataclass
@@ -316,11 +319,17 @@ def load_or_make_plan(out: Path, options: CompareOptions, log=print) -> dict:
         if path.exists():
             plan = json.loads(path.read_text())
             given, saved = asdict(options), plan["options"]
-            if given != saved:
-                differ = next(k for k in given if given[k] != saved.get(k))
-                raise ValueError(f"{out} holds a comparison with other options ({differ}: {saved.get(differ)!r} "
-                                 f"there, {given[differ]!r} now); use another --out, or the same options to resume")
-            log(f"resuming the comparison in {out} ({plan['steps']} updates per run)")
+            differ = [k for k in given if k not in EXTENSIBLE and given[k] != saved.get(k)]
+            if differ:
+                raise ValueError(f"{out} holds a comparison with other options ({differ[0]}: {saved.get(differ[0])!r} "
+                                 f"there, {given[differ[0]]!r} now); use another --out, or the same options to resume")
+            if options.steps is not None and options.steps != plan["steps"]:
+                raise ValueError(f"{out} holds a comparison of {plan['steps']} updates per run (--steps {options.steps} "
+                                 f"now); use another --out for another budget")
+            if given["seeds"] != saved["seeds"]:  # more (or fewer) seeds of the same runs: the budget stays
+                plan["options"]["seeds"] = given["seeds"]
+                atomic_write_text(path, json.dumps(plan, indent=2) + "\n")
+            log(f"resuming the comparison in {out} ({plan['steps']} updates per run, {given['seeds']} seed(s))")
             return plan
         plan = make_plan(options, log)
         atomic_write_text(path, json.dumps(plan, indent=2) + "\n")
