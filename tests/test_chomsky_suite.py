@@ -52,7 +52,7 @@ def test_lengths_reports_the_suite_score_beside_the_published_figures(tmp_path, 
     from looped.experiments.chomsky import PUBLISHED
 
     run = write_checkpoint(tmp_path / "run", "parity_check", context_length=512)
-    assert main(["lengths", str(run), "--lengths", "50", "100", "--n", "6", "--quiet"]) == 0
+    assert main(["lengths", str(run), "--lengths", "50", "100", "--n", "6", "--quiet", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     accuracies = [r["prefix_token_accuracy"] for r in report["lengths"]]
     assert [r["length"] for r in report["lengths"]] == [50, 100]
@@ -66,7 +66,7 @@ def test_lengths_of_other_tasks_carry_no_suite_fields(tmp_path, capsys):
     from looped.cli import main
 
     run = write_checkpoint(tmp_path / "run", "parity", context_length=512)
-    assert main(["lengths", str(run), "--lengths", "32", "--n", "4", "--quiet"]) == 0
+    assert main(["lengths", str(run), "--lengths", "32", "--n", "4", "--quiet", "--json"]) == 0
     assert "score" not in json.loads(capsys.readouterr().out)
 
 

@@ -7,6 +7,7 @@
     reasoning.py  think (seed 002)
     rlt.py        continue, lengths (seed 003)
     reproduce.py  reproduce clw | drt | rlt (one sub-command per study)
+    compare.py    compare (does looping pay on my data? rows at equal parameters / FLOPs)
     ecosystem.py  push (Hugging Face Hub), lm-eval (lm-evaluation-harness): the optional integrations
     bench         looped.bench.register_cli: bench train | decode | ddp | rlt | think | clw
 
@@ -20,14 +21,14 @@ import argparse
 from ..bench import register_cli as add_bench_commands
 from ..train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
 from ..train.config import QUICKSTART  # noqa: F401  (re-exported: older imports)
-from . import configs, data, ecosystem, reasoning, reproduce, rlt, run
+from . import compare, configs, data, ecosystem, reasoning, reproduce, rlt, run
 from .common import OneLineParser, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="looped", description="Looped and recurrent Transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (run, data, configs, reproduce, rlt, reasoning, ecosystem):
+    for group in (run, data, configs, compare, reproduce, rlt, reasoning, ecosystem):
         group.add_commands(sub)
     add_bench_commands(sub)
     return parser

@@ -43,11 +43,17 @@ def match_rows(reference: str, reference_fields: dict, rows: dict[str, dict], ta
     solved to within `max_difference` parameters of it (search +-`search` widths around the unconstrained
     optimum). Raises if no width satisfies every row.
     """
-    best_f, _ = solve_ffn(reference, target, **reference_fields)
+    best_f, _ = solve_ffn(reference, target, **reference_fields)  # also checks that the count is affine in ffn_dim
+    base = count_parameters(reference, **{**reference_fields, "ffn_dim": 1})
+    slope = count_parameters(reference, **{**reference_fields, "ffn_dim": 2}) - base
+
+    def reference_total(f: int) -> int:  # affine: no model built per candidate width
+        return base + (f - 1) * slope
+
     candidates = sorted(range(max(1, best_f - search), best_f + search + 1),
-                        key=lambda f: (abs(count_parameters(reference, ffn_dim=f, **reference_fields) - target), f))
+                        key=lambda f: (abs(reference_total(f) - target), f))
     for f in candidates:
-        total = count_parameters(reference, ffn_dim=f, **reference_fields)
+        total = reference_total(f)
         table = {reference: (f, total)}
         for row, fields in rows.items():
             if row != reference:

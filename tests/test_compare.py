@@ -1,0 +1,188 @@
+"""`looped compare` (issue 30 part 5): equal parameters, the FLOP-matched plain row, resuming, the verdicts, the
+data checks before training and one-line errors."""
+
+import csv
+import json
+import math
+import sys
+
+import pytest
+from helpers import write_text_corpus
+
+from looped.cli import main
+from looped.experiments import compare
+from looped.experiments import results as runner
+from looped.experiments.compare import CompareStudy, run_compare
+from looped.experiments.compare_plan import (FLOPS_ROW, PARAM_TOLERANCE, CompareOptions, Timing, cost_model,
+                                             load_or_make_plan, row_steps, run_config, solve_widths,
+                                             steps_for_minutes)
+from looped.experiments.compare_report import summarize, table_markdown, verdicts
+from looped.models.budget import count_parameters
+from looped.train import Trainer
+
+TINY = dict(params=100_000, context=32, batch_size=4, heldout_bytes=1024, steps=4, seeds=1, threads=1)
+
+
+def tiny_options(corpus, **changes) -> CompareOptions:
+    fields = {**TINY, "archs": ["transformer", "workspace"],
+              "data": {"corpus": "raw", "path": str(corpus), "heldout_fraction": 0.05}, **changes}
+    options = CompareOptions(**fields)
+    options.validate()
+    return options
+
+
+def test_every_row_has_the_plain_rows_parameter_count_within_tolerance():
+    options = CompareOptions(**{**TINY, "archs": ["transformer", "shared_loop", "anchored_loop", "workspace"]})
+    widths = solve_widths(options)
+    plain = widths["transformer"]["parameters"]
+    assert abs(plain - 100_000) <= PARAM_TOLERANCE * 100_000
+    for arch, section in widths.items():
+        fields = {k: v for k, v in section.items() if k not in ("arch", "parameters")}
+        built = count_parameters(arch, **fields)  # what the run will really hold
+        assert built == section["parameters"]
+        assert abs(built - plain) <= PARAM_TOLERANCE * 100_000, arch
+    assert widths["shared_loop"]["dim"] == 2 * widths["transformer"]["dim"]  # seed 000's width ratios
+
+
+def test_flops_matching_gives_the_plain_row_the_looped_rows_training_flops(tmp_path):
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    plan = load_or_make_plan(tmp_path / "out", tiny_options(corpus, archs=["transformer", "shared_loop", "workspace"]),
+                             log=lambda m: None)
+    looped_flops = max(plan["steps"] * plan["update_flops"][a] for a in ("shared_loop", "workspace"))
+    assert plan["flops_target"] == looped_flops
+    extra = row_steps(plan, FLOPS_ROW)
+    assert extra > plan["steps"]
+    assert extra * plan["update_flops"]["transformer"] <= looped_flops < (extra + 1) * plan["update_flops"]["transformer"]
+    flops_run, plain_run = run_config(plan, FLOPS_ROW, 11), run_config(plan, "transformer", 11)
+    assert flops_run.train.max_flops == looped_flops and flops_run.train.max_steps is None
+    assert flops_run.train.eval_every == max(1, extra // 20)  # its own ~20 evaluations
+    for row in ("transformer", "workspace", FLOPS_ROW):  # one data order for every row
+        data = run_config(plan, row, 23).data
+        assert (data.sampler, data.data_seed) == ("independent", 0)
+    assert plain_run.train.select == "best" and plain_run.train.eval_batches == 0
+
+
+def test_a_killed_compare_resumes_and_finished_rows_are_not_trained_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "write_report", lambda out, plan: [])  # the report has its own test
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    plan = load_or_make_plan(out, tiny_options(corpus), log=lambda m: None)
+    study = CompareStudy(out, runs, plan, log=lambda m: None)
+    killed = {"row": "workspace", "seed": 11}
+    Trainer(study.config(killed), study.folder(killed), progress=False, log=lambda m: None).run(stop_after=2)
+
+    messages = []
+    run_compare(out, runs, plan, progress=False, log=messages.append)
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert sorted(r["row"] for r in rows) == sorted(["transformer", "workspace", FLOPS_ROW])
+    events = [json.loads(line) for line in open(study.folder(killed) / "metrics.jsonl")]
+    assert [e["step"] for e in events if "loss" in e].count(1) == 1  # resumed at update 2, not started over
+    assert {r["row"]: int(r["updates"]) for r in rows}["workspace"] == 4
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished row was trained again")
+
+    monkeypatch.setattr(runner, "Trainer", no_training)
+    run_compare(out, runs, plan, progress=False, log=messages.append)
+    assert list(csv.DictReader(open(out / "results.csv"))) == rows
+
+
+def synthetic_results(path, bits: dict[str, list[float]]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=compare.COLUMNS)
+        writer.writeheader()
+        for row, values in bits.items():
+            for seed, value in zip((11, 23, 37), values):
+                writer.writerow({"row": row, "arch": row.split("@")[0], "seed": seed, "parameters": 1000,
+                                 "updates": 300 if row == FLOPS_ROW else 100, "train_flops": 1e12,
+                                 "bits_per_byte": value, "best_step": 100, "best_depth": "" if "transformer" in row
+                                 else 6, "inference_flops_per_token": 2e6, "decode_tokens_per_s": 500,
+                                 "state_bytes_1024": 4096, "status": "ok"})
+
+
+def test_the_verdicts_give_the_difference_of_means_and_its_standard_error(tmp_path):
+    synthetic_results(tmp_path / "results.csv", {"transformer": [2.00, 2.02, 2.04], "workspace": [1.98, 1.99, 2.00],
+                                                 FLOPS_ROW: [1.95, 1.96, 1.97]})
+    options = CompareOptions(archs=["transformer", "workspace"])
+    summary = summarize(list(csv.DictReader(open(tmp_path / "results.csv"))), options.rows)
+    lines = verdicts(summary, options.match)
+    # se = sqrt(0.02^2/3 + 0.01^2/3) = 0.0129: the gain is beyond 2 standard errors
+    assert lines[0] == ("workspace − plain at equal params: −0.030 ± 0.013 bits/byte, 3 seeds; "
+                        "workspace is better (beyond 2 standard errors)")
+    assert lines[1] == ("workspace − plain with 300 updates at equal training FLOPs: +0.030 ± 0.008 bits/byte, "
+                        "3 seeds; workspace is worse (beyond 2 standard errors)")
+    table = table_markdown(summary, {"rates": {"xz -9e": 2.3}}, options, lines)
+    assert "| workspace | 1,000 | 100 | 1 T | 1.9900 ± 0.0100 (n=3) | 6 (trained 4) |" in table
+    assert "| xz -9e (floor) | | | | 2.3000 |" in table
+
+
+def test_one_seed_gives_a_verdict_without_an_sd(tmp_path):
+    synthetic_results(tmp_path / "results.csv", {"transformer": [2.0], "workspace": [1.9]})
+    options = CompareOptions(archs=["transformer", "workspace"], match=["params"])
+    summary = summarize(list(csv.DictReader(open(tmp_path / "results.csv"))), options.rows)
+    assert verdicts(summary, options.match) == ["workspace − plain at equal params: −0.100 bits/byte, 1 seed "
+                                                "(no SD from one seed)"]
+
+
+def test_minutes_size_the_updates_from_the_measured_times():
+    options = CompareOptions(archs=["transformer", "workspace"], seeds=2, minutes=10, heldout_bytes=129 * 32)
+    timings = {"transformer": Timing(0.1, 0.01), "workspace": Timing(0.3, 0.03)}
+    per_step, fixed = cost_model(options, timings, flops_ratio=3.0)
+    assert per_step == pytest.approx(2 * (0.1 + 0.3 + 3 * 0.1))  # the FLOP-matched row trains 3x the updates
+    assert steps_for_minutes(options, timings, 3.0) == math.floor((600 - fixed) / per_step)
+    with pytest.raises(ValueError, match="--minutes 0.1: too short"):
+        steps_for_minutes(CompareOptions(archs=["transformer", "workspace"], minutes=0.1), timings, 3.0)
+
+
+def test_data_check_warnings_come_before_any_training(tmp_path, capsys, monkeypatch):
+    from looped.experiments import compare_plan
+
+    train = write_text_corpus(tmp_path / "train.txt", 20_000)
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_bytes(write_text_corpus(tmp_path / "h.txt", 4_000, seed=1).read_bytes().replace(b"\n", b"\r\n"))
+
+    def stop_at_planning(*args, **kwargs):  # planning is the first step that times or trains anything
+        print("PLANNED", file=sys.stderr)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare_plan, "load_or_make_plan", stop_at_planning)
+    args = ["compare", "--data", str(train), "--heldout", str(heldout), "--out", str(tmp_path / "out"),
+            "--archs", "transformer", "workspace", "--params", "100k", "--steps", "2"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert err.index("looped: warning: line endings differ: train LF, held-out CRLF") < err.index("PLANNED")
+
+    assert main([*args, "--strict"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("looped: error: --strict: the data checks found 1 mismatch(es)")
+    assert "PLANNED" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--archs", "shared_loop", "workspace"], "--archs: the plain row 'transformer' must be one of them"),
+    (["--archs", "transformer", "lstm"], "--archs: 'lstm' is not a byte-level row compare trains"),
+    (["--params", "lots"], "--params: 'lots' is not a count"),
+    (["--match", "speed"], "--match: choose from params, flops"),
+    (["--steps", "5", "--minutes", "3"], "--steps / --minutes: give one budget"),
+    (["--heldout", "h.txt"], "--heldout: give the training text too"),
+    (["--data", "missing.txt"], "--data / --heldout: no such file: missing.txt"),
+    (["--seeds", "0"], "--seeds: must be at least 1"),
+])
+def test_bad_options_end_in_one_line(tmp_path, capsys, options, message):
+    assert main(["compare", "--out", str(tmp_path / "out"), *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"looped: error: {message}")
+    assert not (tmp_path / "out" / "plan.json").exists()
+
+
+def test_resuming_with_other_options_is_refused_in_one_line_but_more_seeds_are_added(tmp_path):
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    first = load_or_make_plan(tmp_path / "out", tiny_options(corpus), log=lambda m: None)
+    with pytest.raises(ValueError, match=r"holds a comparison with other options \(heldout_bytes: 1024 there, 2048 now\)"):
+        load_or_make_plan(tmp_path / "out", tiny_options(corpus, heldout_bytes=2048), log=lambda m: None)
+    with pytest.raises(ValueError, match="holds a comparison of 4 updates per run"):
+        load_or_make_plan(tmp_path / "out", tiny_options(corpus, steps=9), log=lambda m: None)
+    more = load_or_make_plan(tmp_path / "out", tiny_options(corpus, seeds=2, steps=None, minutes=5),
+                             log=lambda m: None)
+    assert more["steps"] == first["steps"] == 4  # the runs of the new seed get the budget of the first ones
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["options"]["seeds"] == 2
