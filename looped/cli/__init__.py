@@ -1,6 +1,7 @@
 """`looped` command line: one module per group of verbs, each adding its sub-commands with `add_commands(sub)`.
 
     run.py        train, eval, generate, plot, params, quickstart
+    depth.py      depth (score at every test-time depth), lens (what each round contributes)
     data.py       data download | info | show
     configs.py    config show (every key of a run config, explained)
     reasoning.py  think (seed 002)
@@ -19,14 +20,14 @@ import argparse
 from ..bench import register_cli as add_bench_commands
 from ..train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
 from ..train.config import QUICKSTART  # noqa: F401  (re-exported: older imports)
-from . import configs, data, ecosystem, reasoning, reproduce, rlt, run
+from . import configs, data, depth, ecosystem, reasoning, reproduce, rlt, run
 from .common import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="looped", description="Looped and recurrent Transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (run, data, configs, reproduce, rlt, reasoning, ecosystem):
+    for group in (run, depth, data, configs, reproduce, rlt, reasoning, ecosystem):
         group.add_commands(sub)
     add_bench_commands(sub)
     return parser
