@@ -6,22 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import tiny_run_config, write_text_corpus
+from helpers import CORE, LOOP, core_config, train_tiny, write_text_corpus
 
 from looped.cli import main
 from looped.config import from_dict
 from looped.eval.depth import curve_summary
 from looped.train import RunConfig, Trainer
-
-LOOP = {"arch": "shared_loop", "dim": 32, "heads": 4, "ffn_dim": 48, "rounds": 2, "context_length": 64}
-
-
-def train_tiny(out: Path, corpus: Path, model: dict) -> Path:
-    config = tiny_run_config(corpus, model=model, data={"block_size": 65},
-                             train={"max_steps": 3, "eval_every": 0, "batch_size": 4})
-    config["model"] = model  # the transformer's keys are not the loop's
-    Trainer(from_dict(RunConfig, config), out, progress=False, log=lambda m: None).run()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -131,16 +121,6 @@ def test_an_rlt_run_has_no_depth_knob(tmp_path, capsys):
 
 
 # ============================================================================ reasoning cores
-
-CORE = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2, "ffn_dim": 32,
-        "depth_rows": 10, "steps_range": [2, 3], "layer_scale": None, "dropout": 0.0}
-
-
-def core_config(model: dict) -> dict:
-    return {"model": model,
-            "task": {"kind": "reasoning", "name": "graph", "train_size": 64, "val_size": 16, "train_difficulties": [1, 2],
-                     "eval_steps": [1, 2, 3], "test_difficulties": [1, 2, 3], "test_per_bucket": 8},
-            "train": {"seed": 1, "batch_size": 16, "max_steps": 3, "eval_every": 0, "threads": 1}}
 
 
 @pytest.fixture(scope="module")

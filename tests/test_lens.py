@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
+import json
 
-from looped.models import arch_names, get_arch
 import lm_drivers
+import pytest
 import reasoning_drivers
+import torch
+from helpers import CORE, LOOP, core_config, train_tiny, write_text_corpus
+
+from looped.cli import main
+from looped.config import from_dict
+from looped.eval.lens import position_bucket_edges
+from looped.eval.lm import position_buckets
+from looped.models import arch_names, get_arch
+from looped.train import RunConfig, Trainer
 
 # rows without a depth to trace refuse in one line; every other registered row must trace to its forward
 NO_TRACE = {"rlt", "rlt0", "rlt_baseline", "lstm"}
@@ -69,14 +77,13 @@ def test_last_traced_step_is_the_forward(arch, kind):
 
 import json  # noqa: E402
 
-from test_depth import CORE, LOOP, core_config, train_tiny  # noqa: E402
 
 from looped.cli import main  # noqa: E402
 from looped.config import from_dict  # noqa: E402
 from looped.eval.lens import position_bucket_edges  # noqa: E402
 from looped.eval.lm import position_buckets  # noqa: E402
 from looped.train import RunConfig, Trainer  # noqa: E402
-from helpers import write_text_corpus  # noqa: E402
+from helpers import CORE, LOOP, core_config, train_tiny, write_text_corpus  # noqa: E402
 
 
 def lens(run, tmp_path, capsys, *args) -> tuple[int, dict | None, str]:

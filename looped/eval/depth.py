@@ -76,7 +76,7 @@ def trained_rounds(model) -> int:
 
 
 def check_sweep_options(max_factor: float, thresholds: Sequence[float]) -> None:
-    if not max_factor >= 1 / 64 or not math.isfinite(max_factor):
+    if not (math.isfinite(max_factor) and max_factor > 0):
         raise ValueError(f"--max-factor must be a positive number, got {max_factor}")
     for threshold in thresholds:
         if not threshold >= 0:
