@@ -211,7 +211,18 @@ SCORE_LABELS = {"bits_per_byte": "bits/byte", "bits_per_symbol": "bits/symbol",
 
 
 def source_name(entry: dict) -> str:
-    return entry.get("file") or entry.get("corpus") or entry.get("task") or "scored data"
+    if "corpus" in entry:
+        return f"{entry['corpus']} held-out"
+    return entry.get("file") or entry.get("task") or "scored data"
+
+
+def source_title(entry: dict) -> str:
+    """The source and how much of it was scored, for a plot's title."""
+    size = f"{entry['targets']:,} bytes" if "targets" in entry else f"{entry.get('rows', 0):,} test rows"
+    return f"{source_name(entry)} ({size} scored)"
+
+
+EXIT_STYLES = ("--", ":", "-.")
 
 
 def plot_depth_sweep(record: dict, path, title_data: str = "") -> None:
@@ -229,9 +240,10 @@ def plot_depth_sweep(record: dict, path, title_data: str = "") -> None:
         depths = [p["depth"] for p in entry["fixed"]]
         line, = ax.plot(depths, [p[record["score"]] for p in entry["fixed"]], marker="o", ms=3,
                         label=f"{name}: fixed depth")
-        for curve in entry["early_exit"]:
+        for i, curve in enumerate(entry["early_exit"]):
             points = curve["points"]
-            ax.plot([p["depth"] for p in points], [p[record["score"]] for p in points], ls="--", marker=".",
+            ax.plot([p["depth"] for p in points], [p[record["score"]] for p in points],
+                    ls=EXIT_STYLES[i % len(EXIT_STYLES)], marker="x^s+"[i % 4], ms=4,
                     color=line.get_color(), alpha=0.7, label=f"{name}: early exit, TV < {curve['threshold']:g}")
         if record["kind"] == "reasoning" and entry["fixed"]:
             for difficulty in entry["fixed"][0]["by_difficulty"]:
@@ -243,7 +255,7 @@ def plot_depth_sweep(record: dict, path, title_data: str = "") -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(("held-out " if record["kind"] == "lm" else "test ") + SCORE_LABELS.get(record["score"],
                                                                                          record["score"]))
-    data = title_data or ", ".join(source_name(e) for e in record["sources"])
+    data = title_data or ", ".join(source_title(e) for e in record["sources"])
     ax.set_title(f"{record['arch']}, {record['parameters']:,} parameters\n{data}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="best")

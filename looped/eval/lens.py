@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ..data import heldout_batches
 from ..io import atomic_save_figure
-from .depth import Source, parameter_count, source_name
+from .depth import Source, parameter_count, source_title
 from .progress import progress_bar
 
 
@@ -88,12 +88,13 @@ def lm_lens(model, sources: Sequence[Source], *, rounds: int | None = None, batc
     entries, depth = [], 0
     try:
         for label, parts, unit in sources:
-            nll, movement, stats = RoundSums(), RoundSums(), {}
+            nll, movement, stats, scored = RoundSums(), RoundSums(), {}, 0
             batches = [b for blocks in parts for b in heldout_batches(blocks, batch_size, max_batches)]
             for batch in progress_bar(batches, total=len(batches), disable=not progress, desc="lens", unit="batch",
                                       leave=False):
                 batch = batch.to(torch.long)
                 inputs, targets = batch[:, :-1], batch[:, 1:]
+                scored += targets.numel()
                 previous = None
                 for entry in model.trace(inputs, rounds=rounds):
                     depth = max(depth, entry.depth)
@@ -104,7 +105,8 @@ def lm_lens(model, sources: Sequence[Source], *, rounds: int | None = None, batc
                     for name, values in entry.stats.items():
                         stats.setdefault(name, RoundSums()).add(entry.depth, values)
                     previous = entry.state
-            entries.append({**label, "unit": unit, "rounds": lm_round_rows(nll, movement, stats, depth, unit)})
+            entries.append({**label, "unit": unit, "targets": scored,
+                            "rounds": lm_round_rows(nll, movement, stats, depth, unit)})
     finally:
         model.train(was_training)
     return {"kind": "lm", "arch": model.arch_name, "parameters": parameter_count(model),
@@ -228,7 +230,7 @@ def plot_lens(record: dict, path, title_data: str = "") -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=6)
-    data = title_data or source_name(entry)
+    data = title_data or source_title(entry)
     fig.suptitle(f"{record['arch']}, {record['parameters']:,} parameters: {data}", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
