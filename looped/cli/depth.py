@@ -60,7 +60,8 @@ def write_outputs(record: dict, out: str, plot) -> tuple[Path, Path]:
 
 # --- depth ------------------------------------------------------------------------------------------------
 def cmd_depth(args) -> int:
-    from ..eval.depth import check_sweep_options, lm_depth_sweep, plot_depth_sweep, reasoning_depth_sweep
+    from ..eval.depth import (check_sweep_options, lm_depth_sweep, plot_depth_sweep, reasoning_depth_sweep,
+                              trained_rounds)
     from ..train import reasoning as reasoning_task
     from .run import lm_sources
 
@@ -71,8 +72,6 @@ def cmd_depth(args) -> int:
         record = reasoning_depth_sweep(model, test, trained_steps=reasoning_task.trained_steps_range(config),
                                        max_factor=args.max_factor, progress=not args.no_progress, label=label)
     else:
-        from ..eval.depth import trained_rounds
-
         trained_rounds(model)  # a fixed-depth model stops here, before any data is read
         record = lm_depth_sweep(model, lm_sources(config, args.file), max_factor=args.max_factor,
                                 thresholds=args.exit_threshold or (), batch_size=args.batch_size,
