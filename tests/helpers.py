@@ -39,3 +39,30 @@ def tiny_run_config(corpus: Path, **sections) -> dict:
 def write_config(path: Path, config: dict) -> Path:
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+# --- tiny trained runs for `looped depth` / `looped lens` (tests/test_depth.py, tests/test_lens.py) ---
+LOOP = {"arch": "shared_loop", "dim": 32, "heads": 4, "ffn_dim": 48, "rounds": 2, "context_length": 64}
+
+
+def train_tiny(out: Path, corpus: Path, model: dict) -> Path:
+    """A byte-level run of `model` trained for 3 updates on `corpus` (blocks of 65 bytes)."""
+    config = tiny_run_config(corpus, model=model, data={"block_size": 65},
+                             train={"max_steps": 3, "eval_every": 0, "batch_size": 4})
+    config["model"] = model  # the transformer's keys are not the loop's
+    from looped.config import from_dict
+    from looped.train import RunConfig, Trainer
+
+    Trainer(from_dict(RunConfig, config), out, progress=False, log=lambda m: None).run()
+    return out
+
+
+CORE = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2, "ffn_dim": 32,
+        "depth_rows": 10, "steps_range": [2, 3], "layer_scale": None, "dropout": 0.0}
+
+
+def core_config(model: dict) -> dict:
+    return {"model": model,
+            "task": {"kind": "reasoning", "name": "graph", "train_size": 64, "val_size": 16, "train_difficulties": [1, 2],
+                     "eval_steps": [1, 2, 3], "test_difficulties": [1, 2, 3], "test_per_bucket": 8},
+            "train": {"seed": 1, "batch_size": 16, "max_steps": 3, "eval_every": 0, "threads": 1}}

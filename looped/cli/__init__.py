@@ -2,6 +2,7 @@
 
     run.py        train, eval, generate, plot, params, quickstart
     quickstart.py quickstart --task parity|s5|graph|logic (a family's point in minutes)
+    depth.py      depth (score at every test-time depth), lens (what each round contributes)
     data.py       data download | info | show
     configs.py    config show (every key of a run config, explained)
     reasoning.py  think (seed 002)
@@ -21,14 +22,14 @@ import argparse
 from ..bench import register_cli as add_bench_commands
 from ..train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
 from ..train.config import QUICKSTART  # noqa: F401  (re-exported: older imports)
-from . import compare, configs, data, ecosystem, reasoning, reproduce, rlt, run
+from . import compare, configs, data, depth, ecosystem, reasoning, reproduce, rlt, run
 from .common import OneLineParser, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="looped", description="Looped and recurrent Transformers.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (run, data, configs, compare, reproduce, rlt, reasoning, ecosystem):
+    for group in (run, depth, data, configs, compare, reproduce, rlt, reasoning, ecosystem):
         group.add_commands(sub)
     add_bench_commands(sub)
     return parser

@@ -113,30 +113,23 @@ def _eval_config(args):
 
 
 def cmd_eval(args) -> int:
-    from ..data import load_streams, to_blocks
     from ..eval import evaluate_lm
+    from ..eval.lm import merge_scores
 
     model, config, folder = _eval_config(args)
-    if args.file:
-        if args.set:
-            raise ValueError("--file scores whole files; it takes no --set data.* keys")
-        sources = [(str(path), file_parts(path, config), "byte") for path in args.file]
-    else:
-        streams = load_streams(config.data)
-        if any(item.startswith("data.path=") for item in args.set):  # a held-out share, not the whole file
-            print(f"looped: note: scoring {streams.split_rule}; --file scores a whole file", file=sys.stderr)
-        sources = [(streams.name, [to_blocks(streams.heldout, config.data.block_size,
-                                             name=f"{streams.name} held-out")], streams.unit)]
+    sources = lm_sources(config, args.file, args.set)
     results = []
-    for name, parts, unit in sources:
+    for label, parts, unit in sources:
         start = time.perf_counter()
         result = merge_scores([evaluate_lm(model, blocks, batch_size=args.batch_size, max_batches=args.eval_batches,
                                            rounds=args.rounds, unit=unit, progress=not args.no_progress,
                                            exit_threshold=args.exit_threshold, by_position=args.by_position)
                                for blocks in parts])
         check_finite_score(result, folder)
-        where = {"file": name} if args.file else {"corpus": name}
-        results.append({**result, "checkpoint": str(folder), **where, "seconds": round(time.perf_counter() - start, 2)})
+        # the depth that was scored and the one the model was trained at (both null for a fixed-depth model)
+        depth = {"rounds": args.rounds or model.default_rounds, "trained_rounds": model.default_rounds}
+        results.append({**result, **depth, "checkpoint": str(folder), **label,
+                        "seconds": round(time.perf_counter() - start, 2)})
     print_json(results if args.file and len(results) > 1 else results[0], args.out)
     return 0
 
@@ -149,6 +142,23 @@ def check_finite_score(result: dict, folder) -> None:
     if not math.isfinite(result["nll"]):
         raise ValueError(f"{folder}: the held-out NLL is {result['nll']} (not finite): this checkpoint's weights "
                          f"overflow; evaluate an earlier checkpoint (e.g. --which best)")
+
+
+def lm_sources(config, files: list[str] | None, set_items: list[str] = ()) -> list[tuple[dict, list, str]]:
+    """What `eval`, `depth` and `lens` score: (label naming it, parts = block tensors, unit) per source. Each of
+    `files` whole (file_parts), else the run's held-out stream, labelled with its corpus and the rule that split
+    it from the training text (a single file's held-out share is not the whole file)."""
+    from ..data import load_streams, to_blocks
+
+    if files:
+        if set_items:
+            raise ValueError("--file scores whole files; it takes no --set data.* keys")
+        return [({"file": str(path)}, file_parts(path, config), "byte") for path in files]
+    streams = load_streams(config.data)
+    if any(item.startswith("data.path=") for item in set_items):  # a held-out share, not the whole file
+        print(f"looped: note: scoring {streams.split_rule}; --file scores a whole file", file=sys.stderr)
+    blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{streams.name} held-out")
+    return [({"corpus": streams.name, "heldout": streams.split_rule}, [blocks], streams.unit)]
 
 
 def file_parts(path: str, config) -> list:
@@ -169,25 +179,6 @@ def file_parts(path: str, config) -> list:
         raise ValueError(f"{path}: fewer than 2 bytes, nothing to score")
     parts = [stream[:whole].view(-1, size)] if whole else []
     return parts + ([stream[whole:][None]] if len(stream) - whole >= 2 else [])
-
-
-def merge_scores(parts: list[dict]) -> dict:
-    """One evaluate_lm result from several (complete blocks + a file's tail): NLL and rounds weighted by targets.
-    `by_position` stays that of the complete blocks (positions of a shorter tail would skew its buckets)."""
-    if len(parts) == 1:
-        return parts[0]
-    import math
-
-    from ..eval.lm import perplexity
-
-    targets = sum(p["targets"] for p in parts)
-    nll = sum(p["nll"] * p["targets"] for p in parts) / targets
-    merged = {**parts[0], "nll": nll, "ppl": perplexity(nll),
-              f"bits_per_{parts[0]['unit']}": nll / math.log(2), "targets": targets,
-              "blocks": sum(p["blocks"] for p in parts)}
-    if "mean_rounds_used" in merged:
-        merged["mean_rounds_used"] = sum(p["mean_rounds_used"] * p["targets"] for p in parts) / targets
-    return merged
 
 
 MAX_NEW_TOKENS = 1_000_000  # generate's output is held whole: a typo of 10**12 would run until memory is gone

@@ -98,3 +98,18 @@ def position_buckets(mean_nll: torch.Tensor) -> list[dict]:
         buckets.append({"first": start, "last": end, "nll": nll, "bits": nll / math.log(2)})
         start = end + 1
     return buckets
+
+
+def merge_scores(parts: list[dict]) -> dict:
+    """One evaluate_lm result from several (complete blocks + a file's tail): NLL and rounds weighted by targets.
+    `by_position` stays that of the complete blocks (positions of a shorter tail would skew its buckets)."""
+    if len(parts) == 1:
+        return parts[0]
+    targets = sum(p["targets"] for p in parts)
+    nll = sum(p["nll"] * p["targets"] for p in parts) / targets
+    merged = {**parts[0], "nll": nll, "ppl": perplexity(nll),
+              f"bits_per_{parts[0]['unit']}": nll / math.log(2), "targets": targets,
+              "blocks": sum(p["blocks"] for p in parts)}
+    if "mean_rounds_used" in merged:
+        merged["mean_rounds_used"] = sum(p["mean_rounds_used"] * p["targets"] for p in parts) / targets
+    return merged

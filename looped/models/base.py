@@ -7,6 +7,7 @@
     logits = model.decode(next_token, state)    # then one (or a chunk of) token(s) at a time
     model.parameter_counts()                    # {"component": count, ..., "total": count}
     model.ledger(context, depth)                # optional: FLOPs and decoding-state bytes (models/ledger.py)
+    model.trace(tokens, rounds=8)               # optional: per-round states and readouts (models/trace.py)
 
 Incremental decoding must equal the full forward pass (tests/drivers check it for every registered arch).
 """
@@ -14,10 +15,13 @@ Incremental decoding must equal the full forward pass (tests/drivers check it fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
+
+from .trace import RoundTrace, no_trace
 
 
 @dataclass
@@ -69,6 +73,10 @@ class CausalLM(nn.Module):
                            rounds: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, rounds used per position) under the early-exit rule (looped rows of seed 000)."""
         raise ValueError(f"{self.arch_name or type(self).__name__} has no early exit (looped rows of seed 000 do)")
+
+    def trace(self, tokens: torch.Tensor, *, rounds: int | None = None) -> Iterator[RoundTrace]:
+        """Per-round states and readouts of a full forward (models/trace.py)."""
+        raise no_trace(self)
 
     def state_to_tensors(self, state: DecodeState) -> tuple[dict[str, torch.Tensor], dict]:
         """(tensors, JSON-able metadata) of a decode state, to save it (`looped continue`)."""

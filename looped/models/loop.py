@@ -31,6 +31,7 @@ at position i depends on positions <= i only, so decoding stays causal and incre
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -41,6 +42,7 @@ from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .registry import register
+from .trace import RoundTrace
 
 
 @dataclass
@@ -357,6 +359,26 @@ class LoopedLM(CausalLM):
         self.check_tokens(tokens)
         return self.run_rounds(tokens, rounds, None)
 
+    def trace(self, tokens: torch.Tensor, *, rounds: int | None = None) -> Iterator[RoundTrace]:
+        """Every round of the full forward (models/trace.py): the state h^{r+1} and the readout over the exits
+        so far, which is the forward at depth r+1 (the last one is the forward itself)."""
+        rounds = self.resolve_rounds(rounds)
+        self.check_tokens(tokens)
+        return self.traced_rounds(tokens, rounds)
+
+    def traced_rounds(self, tokens: torch.Tensor, rounds: int) -> Iterator[RoundTrace]:
+        e = self.anchor_embedding(tokens, 0)
+        h, exits, aux = e, [], {}
+        for r in range(rounds):  # the same calls, in the same order, as run_rounds without a state
+            h = self.round_step(r, e, h, aux)
+            exits.append(h)
+            logits = self.head(self.final_norm(self.readout(e, exits)))
+            yield RoundTrace(r + 1, h, logits, self.round_stats(e, r, rounds))
+
+    def round_stats(self, e: torch.Tensor, r: int, rounds: int) -> dict[str, torch.Tensor]:
+        """Per-position statistics of round r (0-based) of a `rounds`-round call; none by default."""
+        return {}
+
     def forward_early_exit(self, tokens: torch.Tensor, threshold: float, *,
                            rounds: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, rounds used per position) with the early-exit rule; threshold 0 = never exit early."""
@@ -400,6 +422,14 @@ class AdaptiveExit(LoopedLM):
 
     def readout_flops(self) -> dict[str, float]:
         return {"exit router": linear_flops(self.config.dim, self.config.rounds)}  # once, on the anchor e
+
+    def round_stats(self, e, r, rounds):
+        """The weight the readout of a `rounds`-round call puts on round r's exit (the router's pi)."""
+        pi = torch.softmax(self.router(e), dim=-1)
+        keep = min(pi.shape[-1], rounds) - 1
+        if r == rounds - 1:
+            return {"exit weight": pi[..., keep:].sum(-1)}
+        return {"exit weight": pi[..., r] if r < keep else torch.zeros_like(pi[..., 0])}
 
     def readout(self, e, exits):
         pi = torch.softmax(self.router(e), dim=-1)  # (b, l, R)

@@ -3,6 +3,7 @@
     logits = model(batch, steps)                          # (n,) final-step logits of a ReasoningBatch
     logits = model(batch, steps, return_all=True)         # (steps, n): every step (fixed-depth models: (1, n))
     logits, trace = model(batch, steps, return_trace=True)   # + ReasoningTrace: gate means, ACT ponder record
+    for entry in model.trace(batch, steps): ...           # optional: per-step states and readouts (trace.py)
     loss = model.loss(logits, batch.labels, alpha, trace)  # reasoning_loss (+ any model-specific term)
     model.parameter_counts()                              # {"component": count, ..., "total": count}
 
@@ -32,6 +33,7 @@ from torch import nn
 from ..config import from_dict
 from ..data.tasks.base import ReasoningBatch
 from ..nn import LayerNorm, LayerScale, MultiHeadAttention
+from .trace import no_trace
 
 ROLE_INIT_STD = 0.02  # source/target role vectors ~ N(0, 0.02^2)
 
@@ -267,6 +269,10 @@ class ReasoningModel(nn.Module):
     def output(logits: torch.Tensor, trace: ReasoningTrace, return_trace: bool):
         """What forward returns: the logits, or (logits, trace) when the caller asked for the trace."""
         return (logits, trace) if return_trace else logits
+
+    def trace(self, batch: ReasoningBatch, steps: int | None = None):
+        """Per-step (or per-layer) states and readouts, an iterator of RoundTrace (models/trace.py)."""
+        raise no_trace(self)
 
     def check_batch(self, batch: ReasoningBatch) -> None:
         """One-line errors for inputs this model cannot read."""

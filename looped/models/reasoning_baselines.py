@@ -31,6 +31,7 @@ from .reasoning import (EncoderBlock, PonderStats, Perception, Readout, Reasonin
                         ReasoningTrace, attention_mask, masked_mean, reasoning_loss)
 from .reasoning_ledger import act_ledger, fixed_transformer_ledger, gnn_ledger
 from .registry import register
+from .trace import RoundTrace
 
 # ============================================================================ fixed-depth Transformer
 
@@ -77,10 +78,23 @@ class FixedDepthTransformer(ReasoningModel):
         logits = self.readout(h, batch)  # (n,)
         return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
 
+    def trace(self, batch: ReasoningBatch, steps: int | None = None):
+        """Per layer (models/trace.py): the readout applied after each layer; the last is the forward."""
+        self.check_batch(batch)
+        return traced_layers(self.blocks, self.perception(batch), attention_mask(self.config.task_kind, batch),
+                             lambda h: self.readout(h, batch))
+
     def apply_layers(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             h = block(h, mask)
         return h
+
+
+def traced_layers(layers, h: torch.Tensor, context: torch.Tensor, readout):
+    """RoundTrace after each of `layers` (each called as layer(h, context)), read out by `readout(h)`."""
+    for depth, layer in enumerate(layers, 1):
+        h = layer(h, context)
+        yield RoundTrace(depth, h, readout(h))
 
 
 # ============================================================================ GNN
@@ -157,6 +171,12 @@ class FixedDepthGNN(ReasoningModel):
         logits = self.readout(h, batch)
         return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
 
+    def trace(self, batch: ReasoningBatch, steps: int | None = None):
+        """Per layer (models/trace.py): the readout applied after each layer; the last is the forward."""
+        self.check_batch(batch)
+        return traced_layers(self.layers, self.perception(batch), batch.extras["adjacency"],
+                             lambda h: self.readout(h, batch))
+
     def apply_layers(self, h: torch.Tensor, adjacency: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
             h = layer(h, adjacency)
@@ -224,10 +244,7 @@ class UniversalTransformerACT(ReasoningModel):
 
     def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
                 return_trace: bool = False):
-        budget = self.config.max_steps if steps is None else int(steps)
-        if not 1 <= budget <= self.config.max_steps:
-            raise ValueError(f"steps (halting budget) must be in [1, model.max_steps={self.config.max_steps}], "
-                             f"got {budget}")
+        budget = self.check_budget(steps)
         self.check_batch(batch)
         h = self.perception(batch)  # (n, L, d)
         mask = attention_mask(self.config.task_kind, batch)
@@ -235,6 +252,39 @@ class UniversalTransformerACT(ReasoningModel):
         trace = ReasoningTrace(ponder=stats, ponder_cost=masked_mean(stats.steps + stats.remainders, stats.real))
         logits = self.readout(output, batch)
         return self.output(logits[None] if return_all else logits, trace, return_trace)
+
+    def trace(self, batch: ReasoningBatch, steps: int | None = None):
+        """Every ACT step (models/trace.py) until all positions halt, as forward runs them. Step t's readout is
+        the output had the budget been t (running positions halt with their remainder: forward at budget t);
+        stats: the halting probability p and whether the position still runs after the step."""
+        budget = self.check_budget(steps)
+        self.check_batch(batch)
+        return self.traced_steps(batch, budget)
+
+    def traced_steps(self, batch: ReasoningBatch, budget: int):
+        h = self.perception(batch)
+        mask = attention_mask(self.config.task_kind, batch)
+        n, length, _ = h.shape
+        carry = (h, h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length),
+                 torch.ones(n, length, dtype=torch.bool, device=h.device), torch.zeros_like(h))
+        last = torch.arange(budget, device=h.device) == budget - 1
+        for t in range(budget):
+            p = torch.sigmoid(self.halting(carry[0])).squeeze(-1)
+            mass, running, output = carry[1], carry[5], carry[6]
+            carry = self.act_step(carry, self.depth_embedding.weight[t], mask, last[t])
+            # a budget of t+1 gives every running position its remainder 1 - mass at this step (act_step's last)
+            halted_here = output + torch.where(running, 1 - mass, torch.zeros_like(mass)).unsqueeze(-1) * carry[0]
+            yield RoundTrace(t + 1, carry[0], self.readout(halted_here, batch),
+                             {"halting probability": p, "running": carry[5].to(p.dtype)})
+            if not carry[5].any():
+                break
+
+    def check_budget(self, steps: int | None) -> int:
+        budget = self.config.max_steps if steps is None else int(steps)
+        if not 1 <= budget <= self.config.max_steps:
+            raise ValueError(f"steps (halting budget) must be in [1, model.max_steps={self.config.max_steps}], "
+                             f"got {budget}")
+        return budget
 
     def ponder(self, h: torch.Tensor, mask: torch.Tensor, budget: int,
                real: torch.Tensor) -> tuple[torch.Tensor, PonderStats]:

@@ -48,6 +48,7 @@ from .reasoning import (EncoderBlock, Perception, Readout, ReasoningConfig, Reas
                         attention_mask, masked_mean)
 from .reasoning_ledger import recurrent_core_ledger
 from .registry import register
+from .trace import RoundTrace
 
 # ============================================================================ configs
 
@@ -135,6 +136,18 @@ class DepthRecurrentCore(ReasoningModel):
                 logits.append(self.readout(h, batch))
         trace = ReasoningTrace(gate_means=torch.stack(gate_means) if gate_means else None)
         return self.output(torch.stack(logits) if return_all else logits[-1], trace, return_trace)
+
+    def trace(self, batch: ReasoningBatch, steps: int):
+        """Every step (models/trace.py): the state, the readout (= forward at that budget) and the mean gate z
+        per position."""
+        steps = self.check_steps(steps)
+        h, mask = self.encode(batch)
+        return self.traced_steps(batch, h, mask, steps)
+
+    def traced_steps(self, batch: ReasoningBatch, h: torch.Tensor, mask: torch.Tensor, steps: int):
+        for t in range(steps):
+            h, z = self.step(h, t, mask)
+            yield RoundTrace(t + 1, h, self.readout(h, batch), {} if z is None else {"gate": z.mean(-1)})
 
     def encode(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The state before step 0 and the attention mask every step uses: (H (n, L, d), mask)."""

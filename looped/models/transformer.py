@@ -6,6 +6,7 @@ e_i = E(x_i) + p_i  ->  `layers` untied pre-norm blocks (causal attention, GELU 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -15,6 +16,7 @@ from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .registry import register
+from .trace import RoundTrace
 
 
 @dataclass
@@ -72,6 +74,18 @@ class Transformer(CausalLM):
         for block in self.blocks:
             x = block(x)
         return self.head(self.final_norm(x))
+
+    def trace(self, tokens: torch.Tensor, *, rounds: int | None = None) -> Iterator[RoundTrace]:
+        """Per layer (models/trace.py): the final norm and head applied after each block; the last is forward."""
+        self.resolve_rounds(rounds)
+        self.check_tokens(tokens)
+        return self.traced_layers(tokens)
+
+    def traced_layers(self, tokens: torch.Tensor) -> Iterator[RoundTrace]:
+        x = self.embed_tokens(tokens)
+        for depth, block in enumerate(self.blocks, 1):
+            x = block(x)
+            yield RoundTrace(depth, x, self.head(self.final_norm(x)))
 
     def ledger(self, context: int, depth: int | None = None) -> Ledger:
         """Per-token FLOPs by layer (untied blocks) and the KV caches (looped/models/ledger.py)."""
