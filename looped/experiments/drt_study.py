@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError
+from ..data.tasks.base import task_class
 from ..io import atomic_write_text
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, shortcut_accuracy)
@@ -424,7 +425,7 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
         plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
                      trained_difficulties=trained, trained_steps=(lo, hi),
-                     difficulty_name=drt.DIFFICULTY_NAMES[task], fixed_depth=_fixed_depth_label(arch, task),
+                     difficulty_name=task_class(drt.TASKS[task]).difficulty_name, fixed_depth=_fixed_depth_label(arch, task),
                      title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
     panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
     for r in gates.rows:

@@ -1,0 +1,92 @@
+"""A new reasoning task is its class and its registration (issue 28 part 3): the models' shapes, the training
+set's size, the test budgets, the answer words and the task's other names are attributes of the task class,
+read through the task registry, so a task registered here (a toy copy of the boolean task with facts of its
+own) trains, answers `looped think` and shows examples with no table edited anywhere else."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import looped.train.reasoning as rtask  # registers task kind "reasoning"
+from looped.cli import main
+from looped.cli import reasoning as reasoning_cli
+from looped.config import from_dict
+from looped.data.tasks import TaskError, base, register_task, task_names
+from looped.data.tasks.boolean import NestedBoolean
+from looped.data.tasks.reasoning import reasoning_task_class
+from looped.models import get_arch
+from looped.train import RunConfig, Trainer
+
+
+@pytest.fixture
+def toy_task(monkeypatch):
+    """`toy_boolean` (alias `toy_logic`) registered for one test: the registry is restored afterwards."""
+    task_names()  # the built-in tasks go into the real registry before it is swapped for a copy
+    monkeypatch.setattr(base, "_TASKS", dict(base._TASKS))
+    monkeypatch.setattr(base, "_ALIASES", dict(base._ALIASES))
+
+    @register_task("toy_boolean")
+    class ToyBoolean(NestedBoolean):
+        """The nested-boolean generator under facts that differ from every built-in task's."""
+
+        paper_width = {"dim": 16, "heads": 2, "ffn_dim": 32}
+        paper_train_size = 48
+        eval_steps = (3, 1)
+        difficulty_name = "toy depth"
+        answer_words = ("yes", "no")
+        aliases = {"toy_logic": {}}
+
+    return ToyBoolean
+
+
+def toy_config() -> dict:
+    """The normal config path: the model section from `for_task`, the task section by name only."""
+    model = get_arch("drt").config_cls.for_task("toy_logic", depth_rows=4, steps_range=[1, 2], dropout=0.0)
+    return {
+        "model": dataclasses.asdict(model),
+        "task": {"kind": "reasoning", "name": "toy_boolean", "val_size": 8, "train_difficulties": [1, 2]},
+        "optim": {"lr": 1e-3},
+        "train": {"seed": 0, "batch_size": 8, "max_steps": 1, "eval_every": 0, "threads": 1},
+    }
+
+
+def test_a_task_registered_in_a_test_trains_and_answers_think(toy_task, tmp_path):
+    config = from_dict(RunConfig, toy_config())
+    model = config.model
+    assert (model.task_kind, model.vocab_size, model.max_length) == ("sequence", 9, 128)  # the class's shape
+    assert (model.dim, model.heads, model.ffn_dim) == (16, 2, 32)  # its paper_width, not boolean's 256 / 8 / 1024
+    log = []
+    summary = Trainer(config, tmp_path / "run", progress=False, log=log.append).run()
+    assert summary["step"] == 1
+    task, train, _ = rtask.training_data(config.task)
+    assert type(task) is toy_task and len(train) == 48  # train_size defaults to the class's paper_train_size
+    assert rtask.eval_steps(config.task) == [1, 3]
+
+    answer = reasoning_cli.think(str(tmp_path / "run"), "(T&F)|T")
+    assert [row["steps"] for row in answer["rows"]] == [1, 3]  # the class's eval_steps are the default budgets
+    assert answer["reference"] == "yes" and {row["answer"] for row in answer["rows"]} <= {"yes", "no"}
+
+
+def test_data_show_lists_a_registered_task_and_its_alias(toy_task, capsys):
+    for name in ("toy_boolean", "toy_logic"):
+        assert main(["data", "show", name, "--n", "2", "--difficulty", "2"]) == 0
+        out = capsys.readouterr().out
+        assert out.count(f"--- {name} example") == 2
+
+
+def test_task_class_lookup_resolves_aliases_and_names_the_reasoning_tasks():
+    assert reasoning_task_class("logic").name == "boolean"
+    assert reasoning_task_class("graph_hard").difficulty_name == "hops"
+    with pytest.raises(TaskError, match=r"unknown reasoning task 'parity' \(known: boolean, family, graph\)"):
+        reasoning_task_class("parity")  # a registered task, but not a reasoning one
+    with pytest.raises(ValueError, match="task.name must be one of boolean, family, graph, got 'parity'"):
+        from_dict(RunConfig, {"model": {"arch": "drt"}, "task": {"kind": "reasoning", "name": "parity"}})
+
+
+def test_a_name_or_alias_cannot_be_registered_twice(toy_task):
+    with pytest.raises(ValueError, match="'toy_logic' is already registered"):
+        register_task("toy_other")(type("ToyOther", (NestedBoolean,), {"aliases": {"toy_logic": {}}}))
+    with pytest.raises(ValueError, match="'toy_logic' is already registered"):
+        register_task("toy_logic")(type("ToyOther", (NestedBoolean,), {"aliases": {}}))
