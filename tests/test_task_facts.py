@@ -90,3 +90,41 @@ def test_a_name_or_alias_cannot_be_registered_twice(toy_task):
         register_task("toy_other")(type("ToyOther", (NestedBoolean,), {"aliases": {"toy_logic": {}}}))
     with pytest.raises(ValueError, match="'toy_logic' is already registered"):
         register_task("toy_logic")(type("ToyOther", (NestedBoolean,), {"aliases": {}}))
+
+
+# Seed 002's table, as the tables this replaced held it (train/reasoning.py, models/reasoning.py, cli/reasoning.py,
+# experiments/drt.py): moving the facts onto the classes must not change one of them.
+PAPER_FACTS = {
+    "graph": ("graph", 27, 20, (128, 4, 256), 12_000, [1, 2, 3, 5, 8, 12, 15, 20], "hops",
+              ("reachable", "unreachable")),
+    "boolean": ("sequence", 9, 128, (256, 8, 1024), 64_000, [1, 2, 4, 6, 8, 10, 12, 16, 20, 24], "nesting depth",
+                ("T", "F")),
+    "family": ("sequence", 54, 128, (256, 8, 1024), 60_000, [1, 2, 4, 6, 8, 10, 12, 16, 20], "chain depth",
+               ("true", "false")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_FACTS))
+def test_the_built_in_tasks_keep_seed_002s_facts(name):
+    cls = reasoning_task_class(name)
+    shape = cls.task_shape()
+    width = (shape["dim"], shape["heads"], shape["ffn_dim"])
+    assert (shape["task_kind"], shape["vocab_size"], shape["max_length"], width, cls.paper_train_size,
+            sorted(cls.eval_steps), cls.difficulty_name, cls.answer_words) == PAPER_FACTS[name]
+
+
+def test_every_reasoning_architecture_configures_itself_for_every_reasoning_task():
+    """`for_task` on each registered pair whose perception matches: the task's shape gives a valid config."""
+    from looped.data.tasks.reasoning import reasoning_task_names
+    from looped.models import arch_names
+
+    pairs = 0
+    for name in reasoning_task_names():
+        cls = reasoning_task_class(name)
+        for arch in arch_names("reasoning"):
+            config_cls = get_arch(arch).config_cls
+            if cls.input_kind in config_cls.task_kinds:
+                config = config_cls.for_task(name)
+                assert (config.task_kind, config.vocab_size) == (cls.input_kind, len(cls.vocab)), (name, arch)
+                pairs += 1
+    assert pairs >= 13  # 3 tasks x 4 attention models + the GNN on graph (a loaded plugin adds more)
