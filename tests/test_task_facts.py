@@ -13,7 +13,8 @@ import looped.train.reasoning as rtask  # registers task kind "reasoning"
 from looped.cli import main
 from looped.cli import reasoning as reasoning_cli
 from looped.config import from_dict
-from looped.data.tasks import TaskError, base, register_task, task_names
+from looped.data.tasks import TaskError, base, get_task, register_task, task_names
+from looped.data.tasks.base import task_options
 from looped.data.tasks.boolean import NestedBoolean
 from looped.data.tasks.reasoning import reasoning_task_class
 from looped.models import get_arch
@@ -79,6 +80,8 @@ def test_data_show_lists_a_registered_task_and_its_alias(toy_task, capsys):
 def test_task_class_lookup_resolves_aliases_and_names_the_reasoning_tasks():
     assert reasoning_task_class("logic").name == "boolean"
     assert reasoning_task_class("graph_hard").difficulty_name == "hops"
+    assert task_options("family_decued") == {"decued": True} and task_options("family") == {}
+    assert get_task("family_decued").decued  # a study recipe's name builds its generator wherever a task is named
     with pytest.raises(TaskError, match=r"unknown reasoning task 'parity' \(known: boolean, family, graph\)"):
         reasoning_task_class("parity")  # a registered task, but not a reasoning one
     with pytest.raises(ValueError, match="task.name must be one of boolean, family, graph, got 'parity'"):

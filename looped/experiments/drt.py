@@ -33,20 +33,20 @@ from pathlib import Path
 import yaml
 
 from ..config import from_dict, merge
-from ..data.tasks.base import task_class
+from ..data.tasks.base import task_class, task_options
 from ..models import get_arch
 
 SEEDS = (42, 43, 44)
-# Recipe names -> data task names (the paper says "nested boolean" / "logic" for the boolean task).
-# graph_hard: the same recipe with hard negatives (source has out-edges, target has in-edges, refutation needs
-# >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose negatives local
-# cues often settle (74.6 % of its negatives, README).
-# family_decued: the family recipe on the de-cued generator (our addition; looped.data.tasks.family), whose
-# labels no shortcut baseline (looped.eval.shortcuts) predicts, unlike the paper's.
-TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph", "family_decued": "family"}
+# The recipes, each a reasoning task's name or one of its aliases (a task with preset options, declared on the
+# task class and resolved by the task registry): logic is the boolean task (the paper says "nested boolean" /
+# "logic"); graph_hard the graph recipe with hard negatives (source has out-edges, target has in-edges,
+# refutation needs >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose
+# negatives local cues often settle (74.6 % of its negatives, README); family_decued the family recipe on the
+# de-cued generator (our addition; looped.data.tasks.family), whose labels no shortcut baseline
+# (looped.eval.shortcuts) predicts, unlike the paper's.
+RECIPES = ("graph", "logic", "family", "graph_hard", "family_decued")
+TASKS = {recipe: task_class(recipe).name for recipe in RECIPES}  # recipe -> data task
 PAPER_TASKS = ("graph", "logic", "family")  # what `looped reproduce drt` runs unless --tasks says otherwise
-HARD_NEGATIVES = {"graph_hard"}
-DECUED = {"family_decued"}
 
 OPTIM = {"lr": 3.0e-4, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 1.0e-2, "grad_clip": 1.0,
          "schedule": "cosine", "warmup_steps": 0, "min_lr": 0.0}
@@ -102,7 +102,7 @@ PAPER_NOTES = {
 
 def paper_rows(task: str) -> int:
     """Seed 002's training-set size for recipe `task`: its data task's `paper_train_size`."""
-    return task_class(TASKS[task]).paper_train_size
+    return task_class(task).paper_train_size
 
 
 def model_section(task: str, arch: str = "drt", **overrides) -> dict:
@@ -131,8 +131,7 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     return {
         "model": model,
         "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0,
-                 **({"hard_negatives": True} if task in HARD_NEGATIVES else {}),
-                 **({"decued": True} if task in DECUED else {}), **changes.get("task", {})},
+                 **task_options(task), **changes.get("task", {})},
         "optim": {**OPTIM, **changes.get("optim", {})},
         "train": {"seed": seed, "batch_size": batch, "max_targets": seen, "eval_every": updates_per_eval,
                   "eval_batch_size": 256, "select": "last", "log_every": 50,

@@ -169,6 +169,11 @@ def task_class(name: str) -> type:
     return _TASKS[_resolve(name)[0]]
 
 
+def task_options(name: str) -> dict:
+    """The options alias `name` presets (e.g. {"hard_negatives": True}); {} for a task's own name."""
+    return dict(_resolve(name)[1])
+
+
 def get_task(name: str, **options):
     name, preset = _resolve(name)
     return _TASKS[name](**{**preset, **options})

@@ -103,6 +103,8 @@ class FamilyRelations(ReasoningTask):
     eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20)
     difficulty_name = "chain depth"
     answer_words = ("true", "false")
+    # The DRT study's recipe on the de-cued generator (looped reproduce drt --tasks family_decued).
+    aliases = {"family_decued": {"decued": True}}
     _id = {word: j for j, word in enumerate(vocab)}
     _lower_id = {word.lower(): j for j, word in enumerate(vocab)}
     assert len(vocab) == 54, len(vocab)
