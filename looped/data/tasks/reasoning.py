@@ -13,6 +13,10 @@ Each task is a binary classifier over one instance per row (`ReasoningBatch`), w
   label_of(batch, i)                  the label from an independent reference solver (for tests)
   row_key(batch, i)                   bytes identifying a row's input, for de-duplication
 
+and the facts the rest of the package reads as class attributes through the registry (`reasoning_task_class`):
+input_kind, paper_width (`task_shape()` for the models), paper_train_size, eval_steps, difficulty_name,
+answer_words and aliases. A new task is its module plus its name in base.BUILTIN_MODULES.
+
 Generation follows the paper's generators (seed 002); where the paper leaves a choice open, the choice
 is written in the class docstring. All randomness comes from the numpy Generator that is passed in,
 so equal generators give equal batches.
