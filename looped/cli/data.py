@@ -112,10 +112,10 @@ def add_commands(sub) -> None:
 
 def add_data_show(data_subparsers) -> argparse.ArgumentParser:
     from ..data.tasks import task_names
-    from ..data.tasks.base import ALIASES
+    from ..data.tasks.base import alias_names
 
     d = data_subparsers.add_parser("show", help="print generated examples of a synthetic task")
-    d.add_argument("task", choices=task_names() + sorted(ALIASES), help="a task, or a study recipe's name for one")
+    d.add_argument("task", choices=task_names() + alias_names(), help="a task, or a study recipe's name for one")
     d.add_argument("--n", type=int, default=3, help="how many examples")
     d.add_argument("--difficulty", type=int, help="hops / depth / length (default: the task's training mix)")
     d.add_argument("--hard-negatives", action="store_true", help="graph: negatives with no local cue")

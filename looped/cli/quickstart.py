@@ -70,7 +70,7 @@ def score_sequence(task: str, out: Path) -> tuple[str, bool, str, dict]:
 def score_reasoning(task: str, out: Path) -> tuple[str, bool, str, dict]:
     """The core's accuracy grid (steps x difficulty): (table, shown, verdict, numbers for the JSON)."""
     from ..eval.reasoning import evaluate_grid
-    from ..experiments.drt import DIFFICULTY_NAMES
+    from ..data.tasks.base import task_class
     from ..train import load_model
     from ..train import reasoning as rtask
     from ..train.checkpoint import resolve_checkpoint
@@ -84,7 +84,7 @@ def score_reasoning(task: str, out: Path) -> tuple[str, bool, str, dict]:
     positive = float(test.labels.float().mean())
     chance = max(positive, 1.0 - positive)  # the majority label's share: what a constant answer scores
     trained = rtask.trained_difficulties(tc)
-    table = quick.grid_table(grid, (min(trained), max(trained)), chance, DIFFICULTY_NAMES[task])
+    table = quick.grid_table(grid, (min(trained), max(trained)), chance, task_class(task).difficulty_name)
     shown, verdict = quick.grid_verdict(grid, chance, max(trained))
     numbers = {str(steps): {str(d): float(a) for d, a in zip(grid.difficulties, grid.accuracy[i])}
                for i, steps in enumerate(grid.budgets)}

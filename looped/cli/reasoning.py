@@ -15,9 +15,6 @@ from __future__ import annotations
 
 from ..train import reasoning as reasoning_task  # registers task kind "reasoning" for reading run configs
 
-# The words a reader expects for label 1 / label 0 of each task.
-ANSWER_WORDS = {"graph": ("reachable", "unreachable"), "boolean": ("T", "F"), "family": ("true", "false")}
-
 
 def parse_steps(text: str) -> list[int]:
     """'1,2,4,8' -> [1, 2, 4, 8]; a one-line error for anything else."""
@@ -54,7 +51,7 @@ def think(run: str, text: str, steps: list[int] | None = None, which: str | None
     steps = steps or reasoning_task.eval_steps(config.task)
     with torch.no_grad():
         logits = logits_by_budget(model, batch, steps)
-    yes, no = ANSWER_WORDS[config.task.name]
+    yes, no = task.answer_words
     rows = []
     for t, logit in logits.items():
         p_yes = float(torch.sigmoid(logit.double())[0])

@@ -352,6 +352,11 @@ def text_quickstart(args) -> int:
 # --- parser -----------------------------------------------------------------------------------------------
 def add_commands(sub) -> None:
     """Add train, eval, generate, plot, params and quickstart to the `looped` sub-commands."""
+    for add in (_add_train, _add_eval_and_generate, _add_plot, _add_params, _add_quickstart):
+        add(sub)
+
+
+def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train from YAML config(s) (works under torchrun too)")
     p.add_argument("config", nargs="*", help="YAML files, merged left to right (none with --resume: the run's own)")
     add_set(p)
@@ -366,6 +371,8 @@ def add_commands(sub) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
+
+def _add_eval_and_generate(sub) -> None:
     for name, func, help_ in (("eval", cmd_eval, "held-out NLL / PPL / bits per byte (seed 000 eq. 9), as JSON"),
                               ("generate", cmd_generate, "sample text from a checkpoint")):
         p = sub.add_parser(name, help=help_)
@@ -394,6 +401,8 @@ def add_commands(sub) -> None:
             p.add_argument("--seed", type=int, default=0)
             p.add_argument("--threads", type=int, default=1, help="torch threads while decoding (default 1)")
 
+
+def _add_plot(sub) -> None:
     p = sub.add_parser("plot", help="training curves of one or more runs side by side (PNG + text summary)")
     p.add_argument("runs", nargs="+", help="run folders (or their metrics.jsonl files)")
     p.add_argument("--metrics", nargs="+", help="default: loss, val_loss and the run's headline score")
@@ -404,6 +413,8 @@ def add_commands(sub) -> None:
     p.add_argument("--out", help="PNG path (default: RUN/curves.png for one run, ./curves.png for several)")
     p.set_defaults(func=cmd_plot)
 
+
+def _add_params(sub) -> None:
     p = sub.add_parser("params", help="parameter counts and the compute ledger: FLOPs by part and round, "
                                       "training FLOPs per update, decoding-state bytes")
     p.add_argument("target", help="a YAML config or an architecture name")
@@ -418,6 +429,8 @@ def add_commands(sub) -> None:
     add_set(p)
     p.set_defaults(func=cmd_params)
 
+
+def _add_quickstart(sub) -> None:
     p = sub.add_parser("quickstart", help="train, evaluate and sample the default model on the embedded corpus; "
                                           "--task: a family's point in minutes")
     p.add_argument("--task", choices=["parity", "s5", "graph", "logic"],

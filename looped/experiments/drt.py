@@ -33,28 +33,26 @@ from pathlib import Path
 import yaml
 
 from ..config import from_dict, merge
+from ..data.tasks.base import task_class, task_options
 from ..models import get_arch
 
 SEEDS = (42, 43, 44)
-# Recipe names -> data task names (the paper says "nested boolean" / "logic" for the boolean task).
-# graph_hard: the same recipe with hard negatives (source has out-edges, target has in-edges, refutation needs
-# >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose negatives local
-# cues often settle (74.6 % of its negatives, README).
-# family_decued: the family recipe on the de-cued generator (our addition; looped.data.tasks.family), whose
-# labels no shortcut baseline (looped.eval.shortcuts) predicts, unlike the paper's.
-TASKS = {"graph": "graph", "logic": "boolean", "family": "family", "graph_hard": "graph", "family_decued": "family"}
+# The recipes, each a reasoning task's name or one of its aliases (a task with preset options, declared on the
+# task class and resolved by the task registry): logic is the boolean task (the paper says "nested boolean" /
+# "logic"); graph_hard the graph recipe with hard negatives (source has out-edges, target has in-edges,
+# refutation needs >= h hops; looped.data.tasks.graph), our addition beside the paper's generator, whose
+# negatives local cues often settle (74.6 % of its negatives, README); family_decued the family recipe on the
+# de-cued generator (our addition; looped.data.tasks.family), whose labels no shortcut baseline
+# (looped.eval.shortcuts) predicts, unlike the paper's.
+RECIPES = ("graph", "logic", "family", "graph_hard", "family_decued")
+TASKS = {recipe: task_class(recipe).name for recipe in RECIPES}  # recipe -> data task
 PAPER_TASKS = ("graph", "logic", "family")  # what `looped reproduce drt` runs unless --tasks says otherwise
-HARD_NEGATIVES = {"graph_hard"}
-DECUED = {"family_decued"}
-DIFFICULTY_NAMES = {"graph": "hops", "logic": "nesting depth", "family": "chain depth", "graph_hard": "hops",
-                    "family_decued": "chain depth"}
 
 OPTIM = {"lr": 3.0e-4, "betas": [0.9, 0.999], "eps": 1.0e-8, "weight_decay": 1.0e-2, "grad_clip": 1.0,
          "schedule": "cosine", "warmup_steps": 0, "min_lr": 0.0}
 
-# Seed 002: batch, epochs, training rows
-FULL_SCHEDULE = {"graph": (64, 40, 12_000), "logic": (128, 30, 64_000), "family": (128, 40, 60_000),
-                 "graph_hard": (64, 40, 12_000)}
+# Seed 002: batch, epochs (of the task's paper_train_size rows, see `paper_rows`)
+FULL_SCHEDULE = {"graph": (64, 40), "logic": (128, 30), "family": (128, 40), "graph_hard": (64, 40)}
 # CPU: (batch, rows seen, model overrides); see the module docstring
 CPU_WIDTH = {"dim": 64, "heads": 4, "ffn_dim": 256}
 CPU_SCHEDULE = {"graph": (64, 40 * 12_000, {}), "logic": (32, 320_000, CPU_WIDTH), "family": (64, 120_000, CPU_WIDTH),
@@ -102,6 +100,11 @@ PAPER_NOTES = {
 }
 
 
+def paper_rows(task: str) -> int:
+    """Seed 002's training-set size for recipe `task`: its data task's `paper_train_size`."""
+    return task_class(task).paper_train_size
+
+
 def model_section(task: str, arch: str = "drt", **overrides) -> dict:
     """The paper's model config of `arch` for recipe `task` (graph / logic / family), as a plain dict."""
     config = get_arch(arch).config_cls.for_task(TASKS[task], **overrides)
@@ -113,8 +116,8 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     if task not in TASKS:
         raise ValueError(f"unknown DRT recipe {task!r} (known: {', '.join(TASKS)})")
     if scale == "full":
-        batch, epochs, rows = FULL_SCHEDULE[task]
-        seen, width = epochs * rows, {}
+        batch, epochs = FULL_SCHEDULE[task]
+        seen, width = epochs * paper_rows(task), {}
     elif scale == "cpu":
         batch, seen, width = CPU_SCHEDULE[task]
     else:
@@ -128,8 +131,7 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     return {
         "model": model,
         "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0,
-                 **({"hard_negatives": True} if task in HARD_NEGATIVES else {}),
-                 **({"decued": True} if task in DECUED else {}), **changes.get("task", {})},
+                 **task_options(task), **changes.get("task", {})},
         "optim": {**OPTIM, **changes.get("optim", {})},
         "train": {"seed": seed, "batch_size": batch, "max_targets": seen, "eval_every": updates_per_eval,
                   "eval_batch_size": 256, "select": "last", "log_every": 50,
@@ -150,11 +152,11 @@ def run_config(task: str, scale: str = "cpu", arch: str = "drt", seed: int = SEE
 
 def describe(task: str, scale: str) -> str:
     if scale == "full":
-        batch, epochs, rows = FULL_SCHEDULE[task]
+        (batch, epochs), rows = FULL_SCHEDULE[task], paper_rows(task)
         return (f"seed 002 {task}, full recipe (the paper's): batch {batch}, {epochs} epochs x {rows:,} rows = "
                 f"{epochs * rows:,} rows seen ({epochs * rows // batch:,} updates)")
     batch, seen, width = CPU_SCHEDULE[task]
-    size = FULL_SCHEDULE[task][2]
+    size = paper_rows(task)
     scaled = f"width {width['dim']} (paper 256), " if width else "the paper's exact model, "
     changes = "; ".join(f"{section}.{key}={value}" for section, values in CPU_RECIPE_CHANGES.get(task, {}).items()
                         for key, value in values.items())

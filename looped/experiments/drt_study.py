@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..config import ConfigError
+from ..data.tasks.base import task_class, task_options
 from ..io import atomic_write_text
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, shortcut_accuracy)
@@ -346,8 +347,9 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
             rows = [r for r in _ok(results, task=task, arch=arch, alpha=alpha) if r.get("cross_id_accuracy")]
             own = [_pct(rows, "id_accuracy"), _pct(rows, "ood_accuracy")]
             other = [_pct(rows, "cross_id_accuracy"), _pct(rows, "cross_ood_accuracy")]
-            paper, hard = (other, own) if task in drt.HARD_NEGATIVES else (own, other)
-            lines.append(f"| {'hard' if task in drt.HARD_NEGATIVES else 'paper'} negatives | {arch} | {alpha} | "
+            trained_hard = task_options(task).get("hard_negatives", False)
+            paper, hard = (other, own) if trained_hard else (own, other)
+            lines.append(f"| {'hard' if trained_hard else 'paper'} negatives | {arch} | {alpha} | "
                          + " | ".join(paper + hard) + " |")
     lines += ["", "Paper's heatmap notes:", *[f"- {t}: {note}" for t, note in drt.PAPER_NOTES.items()]]
     return "\n".join(lines) + "\n"
@@ -424,7 +426,7 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
         plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
                      trained_difficulties=trained, trained_steps=(lo, hi),
-                     difficulty_name=drt.DIFFICULTY_NAMES[task], fixed_depth=_fixed_depth_label(arch, task),
+                     difficulty_name=task_class(task).difficulty_name, fixed_depth=_fixed_depth_label(arch, task),
                      title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
     panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
     for r in gates.rows:

@@ -32,17 +32,11 @@ from torch import nn
 
 from ..config import from_dict
 from ..data.tasks.base import ReasoningBatch
+from ..data.tasks.reasoning import reasoning_task_class
 from ..nn import LayerNorm, LayerScale, MultiHeadAttention
 from .trace import no_trace
 
 ROLE_INIT_STD = 0.02  # source/target role vectors ~ N(0, 0.02^2)
-
-# Seed 002's table: the shapes every model of a task shares (keys named after the data task registry).
-TASK_SHAPES: dict[str, dict[str, Any]] = {
-    "graph": dict(task_kind="graph", vocab_size=27, max_length=20, dim=128, heads=4, ffn_dim=256),
-    "boolean": dict(task_kind="sequence", vocab_size=9, max_length=128, dim=256, heads=8, ffn_dim=1024),
-    "family": dict(task_kind="sequence", vocab_size=54, max_length=128, dim=256, heads=8, ffn_dim=1024),
-}
 
 
 # ============================================================================ configs
@@ -61,18 +55,19 @@ class ReasoningConfig:
     dropout: float = 0.1
     norm_eps: float = 1e-5
 
-    # Per-task values beyond TASK_SHAPES (e.g. depth rows, layer counts), applied by `for_task`.
+    # Per-task values of this model beyond the task's own shape (`ReasoningTask.task_shape`: e.g. depth rows,
+    # layer counts), keyed by registered task name and applied by `for_task`; a task without an entry gets the
+    # field defaults.
     per_task: ClassVar[dict[str, dict[str, Any]]] = {}
     # The perception interfaces the model can read (the shared drivers run it on each).
     task_kinds: ClassVar[tuple[str, ...]] = ("graph", "sequence")
 
     @classmethod
     def for_task(cls, task: str, **overrides):
-        """The paper's configuration of this model for data task `task` ("graph", "boolean", "family")."""
-        if task not in TASK_SHAPES:
-            raise ValueError(f"unknown reasoning task {task!r} (known: {', '.join(TASK_SHAPES)})")
+        """The paper's configuration of this model for reasoning task `task` (a registered name or alias)."""
+        spec = reasoning_task_class(task)
         names = {f.name for f in dataclasses.fields(cls)}
-        preset = {k: v for k, v in {**TASK_SHAPES[task], **cls.per_task.get(task, {})}.items() if k in names}
+        preset = {k: v for k, v in {**spec.task_shape(), **cls.per_task.get(spec.name, {})}.items() if k in names}
         return from_dict(cls, {**preset, **overrides}, "model")
 
     def validate(self) -> None:
@@ -304,5 +299,5 @@ class ReasoningModel(nn.Module):
         return counts
 
 
-__all__ = ["PonderStats", "ROLE_INIT_STD", "ReasoningConfig", "ReasoningModel", "ReasoningTrace", "TASK_SHAPES",
+__all__ = ["PonderStats", "ROLE_INIT_STD", "ReasoningConfig", "ReasoningModel", "ReasoningTrace",
            "EncoderBlock", "FeedForward", "Perception", "Readout", "attention_mask", "masked_mean", "reasoning_loss"]

@@ -15,7 +15,7 @@ Two perception interfaces (`task_kind`), each fixing its block flavour:
   sequence  [CLS] + characters/words; bidirectional attention over real tokens (PAD keys masked out),
             RoPE (base 10000) on q/k, GELU FFN.
 LayerScale (gamma init 1e-4 on both residual branches) is a config field: on for the paper's sequence
-tasks, off for its graph task (see `TASK_SHAPES` / `for_task`). Attention and FFN projections carry biases.
+tasks, off for its graph task (see `per_task` / `for_task`). Attention and FFN projections carry biases.
 
 Steps are a call argument, `model(batch, steps=T)`; training samples T ~ U{steps_range}. E has
 `depth_rows` (T_max) rows; `beyond_table` decides what T > depth_rows means:

@@ -38,14 +38,9 @@ import numpy as np
 import torch
 
 from ..data.tasks import ReasoningBatch, get_task
+from ..data.tasks.reasoning import reasoning_task_class, reasoning_task_names
 from ..eval.reasoning import unwrap, validation_metrics
 from .tasks import register_task_kind
-
-TASK_NAMES = ("graph", "boolean", "family")
-# Seed 002's table: training rows and test step budgets per task
-PAPER_TRAIN_SIZE = {"graph": 12_000, "boolean": 64_000, "family": 60_000}
-PAPER_EVAL_STEPS = {"graph": [1, 2, 3, 5, 8, 12, 15, 20], "boolean": [1, 2, 4, 6, 8, 10, 12, 16, 20, 24],
-                   "family": [1, 2, 4, 6, 8, 10, 12, 16, 20]}
 
 # Independent random streams derived from the data seed (numpy SeedSequence entropy [seed, stream]).
 _TRAIN_STREAM, _VAL_STREAM, _TEST_STREAM = 1, 2, 3
@@ -56,24 +51,25 @@ _ORDER_STREAM, _DEPTH_STREAM = 11, 12
 @dataclass
 class ReasoningTaskConfig:
     kind: str = "reasoning"
-    name: str = "graph"  # graph | boolean | family (looped.data.tasks)
+    name: str = "graph"  # a registered reasoning task: graph | boolean | family (looped.data.tasks)
     hard_negatives: bool = False  # graph only: negatives with the hop-depth guarantees of the generator
     decued: bool = False  # family only: the generator without the shortcut cues (FamilyRelations(decued=True))
     train_difficulties: list[int] | None = None  # None: the task's training range (seed 002)
-    train_size: int | None = None  # None: seed 002's size for the task
+    train_size: int | None = None  # None: seed 002's size for the task (its paper_train_size)
     val_size: int = 1000  # validation rows, drawn like the training mix
     steps_range: list[int] | None = None  # training T ~ U{lo..hi}; None: model.steps_range (core), see below
     alpha: float = 0.0  # intermediate-supervision weight; 0 = silent thinking
     same_difficulty_batches: bool = False  # every batch from one difficulty (less padding); else mixed (paper)
     val_steps: int | None = None  # validation budget; None: the top of the trained range
-    eval_steps: list[int] | None = None  # test budgets (steps x difficulty grid); None: seed 002's
+    eval_steps: list[int] | None = None  # test budgets (steps x difficulty grid); None: seed 002's (the task's)
     test_difficulties: list[int] | None = None  # None: the task's test buckets
     test_per_bucket: int | None = None  # None: seed 002's (500 / 500 / 2,000)
     data_seed: int = 0  # seed of the generated training / validation / test rows
 
     def validate(self) -> None:
-        if self.name not in TASK_NAMES:
-            raise ValueError(f"task.name must be one of {', '.join(TASK_NAMES)}, got {self.name!r}")
+        known = reasoning_task_names()
+        if self.name not in known:
+            raise ValueError(f"task.name must be one of {', '.join(known)}, got {self.name!r}")
         if self.hard_negatives and self.name != "graph":
             raise ValueError("task.hard_negatives applies to the graph task only")
         if self.decued and self.name != "family":
@@ -120,7 +116,7 @@ def trained_difficulties(tc: ReasoningTaskConfig) -> list[int]:
 
 
 def eval_steps(tc: ReasoningTaskConfig) -> list[int]:
-    return sorted(tc.eval_steps or PAPER_EVAL_STEPS[tc.name])
+    return sorted(tc.eval_steps or reasoning_task_class(tc.name).eval_steps)
 
 
 def _seed(*entropy: int) -> np.random.Generator:
@@ -150,7 +146,7 @@ def training_data(tc: ReasoningTaskConfig) -> tuple[Any, ReasoningBatch, Reasoni
     """(data task, training rows, validation rows), a pure function of the task config."""
     task = data_task(tc)
     difficulties = trained_difficulties(tc)
-    size = tc.train_size or PAPER_TRAIN_SIZE[tc.name]
+    size = tc.train_size or task.paper_train_size
     train = task.sample_mixed(_seed(tc.data_seed, _TRAIN_STREAM), size, difficulties)
     seen = task.keys(train)
     val = drop_seen(task, task.sample_mixed(_seed(tc.data_seed, _VAL_STREAM), tc.val_size, difficulties), seen)
@@ -199,7 +195,7 @@ def check_model_fits(config, task) -> None:
     model = config.model
     if get_arch(model.arch).family != "reasoning":
         raise ValueError(f"task.kind 'reasoning' needs a family-'reasoning' model, got model.arch {model.arch!r}")
-    want = "graph" if config.task.name == "graph" else "sequence"
+    want = task.input_kind
     if model.task_kind != want:
         raise ValueError(f"model.task_kind is {model.task_kind!r}, but task {config.task.name!r} needs {want!r}")
     if model.vocab_size != task.vocab_size or model.max_length < task.max_length:
@@ -304,5 +300,5 @@ class ReasoningTrainTask:
 
 register_task_kind("reasoning", ReasoningTaskConfig, ReasoningTrainTask)
 
-__all__ = ["ReasoningTaskConfig", "ReasoningTrainTask", "PAPER_EVAL_STEPS", "PAPER_TRAIN_SIZE", "StepBatch", "data_task",
+__all__ = ["ReasoningTaskConfig", "ReasoningTrainTask", "StepBatch", "data_task",
            "eval_steps", "test_rows", "trained_difficulties", "trained_steps_range", "training_data"]

@@ -70,6 +70,7 @@ class AlgorithmicTask:
     test_rows_per_length: int = TEST_ROWS_PER_LENGTH
     primary_metric: str = "final_state_accuracy"  # the paper's headline number for this task
     chance_accuracy: float = 0.0  # uniform-prediction accuracy of the primary metric's label
+    aliases: dict[str, dict] = {}  # other names with preset options, e.g. a study recipe's (base.register_task)
 
     @property
     def data_key(self) -> str:

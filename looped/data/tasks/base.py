@@ -126,20 +126,27 @@ class SequenceBatch:
 
 
 _TASKS: dict[str, type] = {}
+# Other names for a registered task with preset options (a study recipe's name, e.g. "logic" for "boolean"),
+# collected from each task class's `aliases` when it registers: accepted wherever a task is named.
+_ALIASES: dict[str, tuple[str, dict]] = {}
 
 
 def register_task(name: str):
+    """Class decorator: register the task under `name`, and its class attribute `aliases` beside it."""
     def wrap(cls: type) -> type:
-        if name in _TASKS:
-            raise ValueError(f"task {name!r} is already registered")
+        aliases = dict(getattr(cls, "aliases", {}))
+        taken = [n for n in (name, *aliases) if n in _TASKS or n in _ALIASES]
+        if taken:
+            raise ValueError(f"task name {taken[0]!r} is already registered")
         cls.name = name
         _TASKS[name] = cls
+        _ALIASES.update({alias: (name, dict(preset)) for alias, preset in aliases.items()})
         return cls
     return wrap
 
 
 # Loaded by module name (their @register_task decorators fill _TASKS), so no task module imports a module
-# that imports it.
+# that imports it. A new task is its module plus its name here.
 BUILTIN_MODULES = ("addition", "parity", "mod5", "s5", "graph", "boolean", "family", "chomsky")
 
 
@@ -148,26 +155,38 @@ def _load_builtin() -> None:
         importlib.import_module(f"{__package__}.{module}")
 
 
-# The study recipes' names (looped reproduce rlt / drt) for a task with options: accepted wherever a task is named.
-ALIASES: dict[str, tuple[str, dict]] = {
-    "s5_swaps": ("s5", {"variant": "swaps"}), "s5_standard": ("s5", {"variant": "standard"}),
-    "logic": ("boolean", {}), "graph_hard": ("graph", {"hard_negatives": True}),
-}
+def _resolve(name: str) -> tuple[str, dict]:
+    """(registered name, preset options) of a task name or alias; TaskError naming the known tasks."""
+    _load_builtin()
+    name, preset = _ALIASES.get(name, (name, {}))
+    if name not in _TASKS:
+        raise TaskError(f"unknown task {name!r} (known: {', '.join(sorted(_TASKS))})")
+    return name, preset
+
+
+def task_class(name: str) -> type:
+    """The class of task `name` (or of an alias's task): its facts are class attributes, no instance needed."""
+    return _TASKS[_resolve(name)[0]]
+
+
+def task_options(name: str) -> dict:
+    """The options alias `name` presets (e.g. {"hard_negatives": True}); {} for a task's own name."""
+    return dict(_resolve(name)[1])
 
 
 def get_task(name: str, **options):
-    _load_builtin()
-    if name in ALIASES:
-        name, preset = ALIASES[name]
-        options = {**preset, **options}
-    if name not in _TASKS:
-        raise TaskError(f"unknown task {name!r} (known: {', '.join(sorted(_TASKS))})")
-    return _TASKS[name](**options)
+    name, preset = _resolve(name)
+    return _TASKS[name](**{**preset, **options})
 
 
 def task_names() -> list[str]:
     _load_builtin()
     return sorted(_TASKS)
+
+
+def alias_names() -> list[str]:
+    _load_builtin()
+    return sorted(_ALIASES)
 
 
 def rng_for(seed: int) -> np.random.Generator:

@@ -123,6 +123,13 @@ class NestedBoolean(ReasoningTask):
     train_difficulties = list(range(1, 9))
     test_difficulties = list(range(2, 15, 2))
     test_per_bucket = 500
+    input_kind = "sequence"
+    paper_width = {"dim": 256, "heads": 8, "ffn_dim": 1024}
+    paper_train_size = 64_000
+    eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20, 24)
+    difficulty_name = "nesting depth"
+    answer_words = ("T", "F")
+    aliases = {"logic": {}}  # the paper's and the DRT study's name for the task
     # Share of depth-d draws that fit in 127 characters: d 14 ≈ 39 %, 16 ≈ 16 %, 18 ≈ 4 %, 20 ≈ 0.3 %.
     max_difficulty = 18
     balanced = False

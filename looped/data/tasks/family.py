@@ -97,6 +97,14 @@ class FamilyRelations(ReasoningTask):
     test_difficulties = list(range(2, 10))
     test_per_bucket = 2000
     max_difficulty = 12
+    input_kind = "sequence"
+    paper_width = {"dim": 256, "heads": 8, "ffn_dim": 1024}
+    paper_train_size = 60_000
+    eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20)
+    difficulty_name = "chain depth"
+    answer_words = ("true", "false")
+    # The DRT study's recipe on the de-cued generator (looped reproduce drt --tasks family_decued).
+    aliases = {"family_decued": {"decued": True}}
     _id = {word: j for j, word in enumerate(vocab)}
     _lower_id = {word.lower(): j for j, word in enumerate(vocab)}
     assert len(vocab) == 54, len(vocab)

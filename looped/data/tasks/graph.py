@@ -199,6 +199,14 @@ class GraphReachability(ReasoningTask):
     test_difficulties = [1, 2, 3, 4, 6, 8, 10, 12]
     test_per_bucket = 500
     _extra_names = ("adjacency", "query")
+    input_kind = "graph"
+    paper_width = {"dim": 128, "heads": 4, "ffn_dim": 256}
+    paper_train_size = 12_000
+    eval_steps = (1, 2, 3, 5, 8, 12, 15, 20)
+    difficulty_name = "hops"
+    answer_words = ("reachable", "unreachable")
+    # The DRT study's hard-negative recipe (looped reproduce drt --tasks graph_hard).
+    aliases = {"graph_hard": {"hard_negatives": True}}
 
     def __init__(self, split: Literal["train", "test"] = "train", hard_negatives: bool = False) -> None:
         if split not in ("train", "test"):

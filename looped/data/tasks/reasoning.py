@@ -13,6 +13,10 @@ Each task is a binary classifier over one instance per row (`ReasoningBatch`), w
   label_of(batch, i)                  the label from an independent reference solver (for tests)
   row_key(batch, i)                   bytes identifying a row's input, for de-duplication
 
+and the facts the rest of the package reads as class attributes through the registry (`reasoning_task_class`):
+input_kind, paper_width (`task_shape()` for the models), paper_train_size, eval_steps, difficulty_name,
+answer_words and aliases. A new task is its module plus its name in base.BUILTIN_MODULES.
+
 Generation follows the paper's generators (seed 002); where the paper leaves a choice open, the choice
 is written in the class docstring. All randomness comes from the numpy Generator that is passed in,
 so equal generators give equal batches.
@@ -26,9 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .base import ReasoningBatch, TaskError, rng_for
+from .base import ReasoningBatch, TaskError, rng_for, task_class, task_names
 
-__all__ = ["CLS", "PAD", "SEP", "ReasoningTask", "Row", "balanced_labels", "pad_ids", "row_hits"]
+__all__ = ["CLS", "PAD", "SEP", "ReasoningTask", "Row", "balanced_labels", "pad_ids", "reasoning_task_class",
+           "reasoning_task_names", "row_hits"]
 
 PAD, CLS, SEP = "[PAD]", "[CLS]", "[SEP]"
 
@@ -90,6 +95,22 @@ class ReasoningTask:
     test_per_bucket: int
     balanced: bool = True  # 50/50 labels by construction; False: natural labels
     _extra_names: tuple[str, ...] = ()
+
+    # Seed 002's facts about the task, read through the task registry (`task_class`) by the models, the
+    # trainer, the CLI and the study: a new task declares them here and needs no entry anywhere else.
+    input_kind: str  # the models' perception: "graph" (node slots, adjacency, query) or "sequence" (a token string)
+    paper_width: dict[str, int]  # the paper's model width for the task: dim, heads, ffn_dim
+    paper_train_size: int  # training rows (task.train_size's default)
+    eval_steps: tuple[int, ...]  # the test step budgets (task.eval_steps's default)
+    difficulty_name: str  # what a difficulty counts, for tables and plots: "hops", "nesting depth" ...
+    answer_words: tuple[str, str]  # label 1 and label 0 in the words a reader expects (`looped think`)
+    aliases: dict[str, dict] = {}  # other names with preset options, e.g. a study recipe's (base.register_task)
+
+    @classmethod
+    def task_shape(cls) -> dict:
+        """What every model of this task shares (seed 002's table), as model config fields."""
+        return {"task_kind": cls.input_kind, "vocab_size": len(cls.vocab), "max_length": cls.max_length,
+                **cls.paper_width}
 
     # ---------------------------------------------------------------- to implement per task
 
@@ -219,3 +240,17 @@ class ReasoningTask:
         return [int(t) for t in batch.tokens[i][~batch.padding[i]]]
 
 
+def reasoning_task_names() -> list[str]:
+    """The registered tasks of seed 002's kind (binary classification of one instance per row)."""
+    return [name for name in task_names() if issubclass(task_class(name), ReasoningTask)]
+
+
+def reasoning_task_class(name: str) -> type[ReasoningTask]:
+    """The class of reasoning task `name` (or of an alias); TaskError naming the reasoning tasks otherwise."""
+    try:
+        cls = task_class(name)
+    except TaskError:
+        cls = None
+    if cls is None or not issubclass(cls, ReasoningTask):
+        raise TaskError(f"unknown reasoning task {name!r} (known: {', '.join(reasoning_task_names())})")
+    return cls

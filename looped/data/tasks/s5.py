@@ -79,6 +79,8 @@ class S5Task(AlgorithmicTask):
     validation_lengths = (32,)
     test_lengths = (32, 48, 64, 96, 128, 192, 256, 512)
     chance_accuracy = 1 / 120
+    # The RLT study's recipe names for the two variants (looped reproduce rlt --tasks).
+    aliases = {"s5_swaps": {"variant": "swaps"}, "s5_standard": {"variant": "standard"}}
 
     def __init__(self, variant: Literal["standard", "swaps"] = "standard") -> None:
         if variant not in ("standard", "swaps"):
