@@ -278,7 +278,8 @@ def test_graph_core_learns_short_hops():
         rows = slice(64 * step, 64 * (step + 1))
         batch = ReasoningBatch(data.tokens[rows], data.labels[rows], data.padding[rows], data.difficulty[rows],
                                {name: value[rows] for name, value in data.extras.items()})
-        loss = model.loss(model(batch, steps=model.sample_steps()), batch.labels)
+        lo, hi = model.config.steps_range  # T ~ U{lo..hi} per batch, as the reasoning trainer draws it
+        loss = model.loss(model(batch, steps=int(torch.randint(lo, hi + 1, (1,)))), batch.labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

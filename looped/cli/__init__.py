@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 
 from ..bench import register_cli as add_bench_commands
-from ..train.checkpoint import resolve_checkpoint  # noqa: F401  (re-exported: older imports)
-from ..train.config import QUICKSTART  # noqa: F401  (re-exported: older imports)
 from . import compare, configs, data, depth, ecosystem, reasoning, reproduce, rlt, run
 from .common import OneLineParser, run_command
 

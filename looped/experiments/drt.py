@@ -90,8 +90,6 @@ PAPER = {
     ("fixed_transformer", "family"): (81, 58),
     ("gnn", "graph"): (100, 51),
 }
-# Table 4 (graph, d = 128): step-1 accuracy on 12-hop queries
-PAPER_STEP1_12HOP = {0.0: 0.50, 1.0: (0.64, 0.69)}
 PAPER_NOTES = {
     "graph": "seed 42 heatmap: >= h steps solve h <= 8 hops (~100 %), one step fewer is chance; 10 and 12 hops "
              "at chance",

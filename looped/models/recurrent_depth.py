@@ -186,11 +186,6 @@ class DepthRecurrentCore(ReasoningModel):
                              f"{rows + 1} (set model.beyond_table='clamp' to reuse the last row)")
         return steps
 
-    def sample_steps(self, generator: torch.Generator | None = None) -> int:
-        """A training depth T ~ U{lo..hi} from config.steps_range (one per batch)."""
-        lo, hi = self.config.steps_range
-        return int(torch.randint(lo, hi + 1, (1,), generator=generator))
-
 
 @register("drt_tied", TiedCoreConfig, family="reasoning", test_overrides=_TINY)
 class TiedDepthRecurrentCore(DepthRecurrentCore):
