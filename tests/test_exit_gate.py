@@ -61,6 +61,27 @@ def test_the_trainers_loss_is_the_expected_loss_minus_the_entropy_bonus():
     assert abs(loss.item() - last_step_only.item()) > 1e-3  # not the plain loss of forward's logits
 
 
+def test_a_sequence_task_averages_the_objective_over_its_scored_targets_only():
+    """Task kind "sequence" (seed 003's masked targets): the same objective, per-example mean over scored positions;
+    unscored targets may be placeholder ids outside the vocabulary."""
+    from looped.data.tasks import SequenceBatch
+    from looped.train.sequence import SequenceTask
+    model = tiny()
+    vocab = model.config.vocab_size
+    tokens = torch.randint(0, vocab, (2, 8))
+    targets = torch.randint(0, vocab, (2, 8))
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[0, 5:], mask[1, 2:4] = True, True
+    batch = SequenceBatch(tokens=tokens, targets=torch.where(mask, targets, -100), loss_mask=mask,
+                          lengths=torch.tensor([8, 8]), difficulty=torch.tensor([1, 1]))
+    loss = SequenceTask.loss(model, batch)
+    terms = model.position_objective(model(tokens, with_exits=True), targets)
+    expected = (terms[0, 5:].mean() + terms[1, 2:4].mean()) / 2
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert model.gate.weight.grad.abs().sum() > 0
+
+
 def test_a_gate_that_always_exits_trains_the_first_step_only():
     model = tiny(entropy_weight=0.5)
     set_gate(model, 50.0)  # lambda = 1: p = (1, 0, 0, 0), entropy 0
@@ -186,3 +207,16 @@ def test_one_update_of_the_recipe_trains_every_part(tmp_path):
     torch.manual_seed(config.train.seed)
     initial = build_model(config.model).state_dict()
     assert not torch.equal(weights["gate.weight"], initial["gate.weight"])
+
+
+def test_held_out_scoring_with_the_exit_rule_reports_the_steps_used():
+    """`looped eval --exit-threshold q` goes through evaluate_lm: q = 0 scores step 1 only, q = 1 all T steps."""
+    from looped.eval import evaluate_lm
+    model = tiny().float()
+    blocks = torch.randint(0, model.config.vocab_size, (3, 17))
+    first = evaluate_lm(model, blocks, exit_threshold=0.0)
+    assert first["mean_rounds_used"] == 1.0
+    assert first["nll"] == pytest.approx(evaluate_lm(model, blocks, rounds=1)["nll"], rel=1e-6)
+    every = evaluate_lm(model, blocks, exit_threshold=1.0)
+    assert every["mean_rounds_used"] == model.config.rounds
+    assert every["nll"] == pytest.approx(evaluate_lm(model, blocks)["nll"], rel=1e-6)

@@ -175,13 +175,17 @@ class ExitGateLoop(CausalLM):
         return self.head(self.final_norm(h))
 
     def objective(self, steps: ExitSteps, targets: torch.Tensor) -> torch.Tensor:
-        """Stage I: mean over positions of sum_t p(t) L^(t) - beta H(p), in float32."""
-        flat_targets = targets.flatten()
-        losses = torch.stack([F.cross_entropy(logits.float().flatten(0, 1), flat_targets, reduction="none")
-                              for logits in steps.logits], dim=-1)  # (positions, T)
-        p = exit_distribution(steps.exit_probs.float().flatten(0, 1))
+        """Stage I, averaged over every position (task kind "lm")."""
+        return self.position_objective(steps, targets).mean()
+
+    def position_objective(self, steps: ExitSteps, targets: torch.Tensor) -> torch.Tensor:
+        """Stage I per position, sum_t p(t) L^(t) - beta H(p), in float32: (batch, length), so that a task that
+        scores selected targets only (kind "sequence") can average it its own way. Targets must be valid ids."""
+        losses = torch.stack([F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+                              for logits in steps.logits], dim=-1)  # (batch, length, T)
+        p = exit_distribution(steps.exit_probs.float())
         entropy = -torch.special.xlogy(p, p).sum(-1)
-        return ((p * losses).sum(-1) - self.config.entropy_weight * entropy).mean()
+        return (p * losses).sum(-1) - self.config.entropy_weight * entropy
 
     def trace(self, tokens: torch.Tensor, *, rounds: int | None = None) -> Iterator[RoundTrace]:
         rounds = self.resolve_rounds(rounds)
