@@ -384,7 +384,8 @@ def _add_eval_and_generate(sub) -> None:
             add_set(p)
             p.add_argument("--eval-batches", type=int, default=0, help="0 = the whole held-out stream")
             p.add_argument("--exit-threshold", type=float,
-                           help="looped rows: early exit once a position's distribution moves < this (TV)")
+                           help="looped rows: early exit once a position's distribution moves < this (TV); "
+                                "exit_gate_loop: once its cumulative exit probability exceeds this")
             p.add_argument("--batch-size", type=int, default=16)
             p.add_argument("--by-position", action="store_true",
                            help="also report the score by target position (buckets 1, 2-3, 4-7, ...)")

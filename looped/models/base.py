@@ -8,6 +8,7 @@
     model.parameter_counts()                    # {"component": count, ..., "total": count}
     model.ledger(context, depth)                # optional: FLOPs and decoding-state bytes (models/ledger.py)
     model.trace(tokens, rounds=8)               # optional: per-round states and readouts (models/trace.py)
+    model.objective(model(tokens, with_exits=True), targets)  # optional (has_objective): the training loss
 
 Incremental decoding must equal the full forward pass (tests/drivers check it for every registered arch).
 """
@@ -57,6 +58,9 @@ class CausalLM(nn.Module):
     # Methods holding pure tensor arithmetic that `train.compile` compiles (looped/models/compile.py):
     # no token validation, no incremental state, no loop over a depth that changes between calls.
     compiled_methods: tuple[str, ...] = ()
+    # True where training minimises `model.objective(model(inputs, with_exits=True), targets)` rather than the
+    # cross-entropy of forward's logits (exit_gate_loop: an expected loss over exit steps); LMTask.loss reads it
+    has_objective: bool = False
 
     # --- protocol (subclasses implement) ---------------------------------------------------------
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:

@@ -33,6 +33,18 @@ def masked_sequence_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torc
     return per_row[has_targets].mean()
 
 
+def masked_terms_loss(terms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 24's averaging of any per-position loss terms (batch, length) (a model's own objective, e.g.
+    exit_gate_loop's): per-example mean over selected positions, averaged over examples that have one."""
+    mask = mask.to(terms.device)
+    counts = mask.sum(1)
+    has_targets = counts > 0
+    if not bool(has_targets.any()):  # nothing selected: a zero that still has a graph, so backward works
+        return terms.sum() * 0.0
+    per_row = torch.where(mask, terms, 0.0).sum(1) / counts.clamp(min=1)
+    return per_row[has_targets].mean()
+
+
 def pretraining_loss(model, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 23: next-token cross-entropy on every non-BOS target, (1 / (S - 1)) per sequence, then averaged.
 
@@ -151,5 +163,5 @@ def policy_gradient_loss(logprobs: torch.Tensor, rollout: Rollout, rewards: torc
     return loss, stats
 
 
-__all__ = ["Rollout", "leave_one_out_baseline", "masked_sequence_loss", "per_example_loss", "policy_gradient_loss",
+__all__ = ["Rollout", "leave_one_out_baseline", "masked_sequence_loss", "masked_terms_loss", "per_example_loss", "policy_gradient_loss",
            "pretraining_loss", "replay_logprobs", "sample_rollout", "sft_loss"]

@@ -41,8 +41,9 @@ from ..data.tasks import SequenceBatch, TaskError
 from ..data.tasks.algorithmic import AlgorithmicTask
 from ..data.tasks.algorithmic import fixed_set, replace_excluded, split_seed
 from ..data.tasks.vocabulary import VOCAB_SIZE
+from ..eval.reasoning import unwrap
 from ..eval.sequence import accuracies, algorithmic_task, score_rows
-from .objectives import masked_sequence_loss
+from .objectives import masked_sequence_loss, masked_terms_loss
 from .tasks import register_task_kind
 
 
@@ -216,7 +217,13 @@ class SequenceTask:
     @staticmethod
     def loss(model, batch: SequenceBatch) -> torch.Tensor:
         """Eq. 24 on one micro-batch: per-example mean over scored targets, averaged over examples. Micro-
-        batches are equal in size, so the trainer's average over them is the global per-example mean."""
+        batches are equal in size, so the trainer's average over them is the global per-example mean. A model
+        with its own objective (`has_objective`, exit_gate_loop) gets the same averaging over its terms."""
+        inner = unwrap(model)
+        if getattr(inner, "has_objective", False):
+            valid_targets = torch.where(batch.loss_mask, batch.targets, 0)  # unscored targets may be placeholders
+            terms = inner.position_objective(model(batch.tokens, with_exits=True), valid_targets)
+            return masked_terms_loss(terms, batch.loss_mask)
         return masked_sequence_loss(model(batch.tokens), batch.targets, batch.loss_mask)
 
     # --- validation -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from ..data import check_symbols, load_streams, make_sampler, to_blocks
 from ..eval import evaluate_lm
+from ..eval.reasoning import unwrap
 
 
 @dataclass
@@ -90,9 +91,14 @@ class LMTask:
 
     @staticmethod
     def loss(model, batch: torch.Tensor) -> torch.Tensor:
-        """Mean next-symbol cross-entropy over every target of the batch (batch, block_size)."""
-        logits = model(batch[:, :-1])
-        return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
+        """Mean next-symbol cross-entropy over every target of the batch (batch, block_size), or the model's own
+        objective where it declares one (`has_objective`: exit_gate_loop's expected loss over exit steps). The
+        call goes through `model` itself, so a DDP / FSDP wrapper sees the forward."""
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        inner = unwrap(model)
+        if getattr(inner, "has_objective", False):
+            return inner.objective(model(inputs, with_exits=True), targets)
+        return F.cross_entropy(model(inputs).float().flatten(0, 1), targets.flatten())
 
     def evaluate(self, model, *, batch_size: int, max_batches: int, device, autocast_dtype=None) -> dict:
         result = evaluate_lm(model, self.heldout_blocks, batch_size=batch_size, max_batches=max_batches,
