@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from looped.data.tasks import addition, algorithmic, mod5, parity, s5, splits, vocabulary
+from looped.data.tasks import addition, algorithmic, mod5, parity, s5, vocabulary
 from looped.data.tasks.base import _TASKS, SequenceBatch, TaskError
 
 ALL_TASKS = {
@@ -323,34 +323,34 @@ def test_sampling_is_deterministic(key):
 def test_data_seeds():
     assert algorithmic.DATA_SEEDS == {"train": 20260914, "validation": 20260915, "test": 20260916}
     assert algorithmic.ADDITION_DATA_SEED == 42
-    assert splits.split_seed("parity", "train") == 20260914 and splits.split_seed("s5", "test") == 20260916
-    assert splits.split_seed("addition", "train") == splits.split_seed("addition", "validation") == 42
-    assert splits.split_seed("addition", "test") == 20260916
+    assert algorithmic.split_seed("parity", "train") == 20260914 and algorithmic.split_seed("s5", "test") == 20260916
+    assert algorithmic.split_seed("addition", "train") == algorithmic.split_seed("addition", "validation") == 42
+    assert algorithmic.split_seed("addition", "test") == 20260916
     with pytest.raises(TaskError):
-        splits.split_seed("parity", "dev")
+        algorithmic.split_seed("parity", "dev")
 
 
 def test_fixed_sets_are_deterministic_distinct_and_unique():
-    first = splits.fixed_set("parity", "test", 48, 100)
-    assert_same_batch(first, splits.fixed_set(parity.ParityTask(), "test", 48, 100))
+    first = algorithmic.fixed_set("parity", "test", 48, 100)
+    assert_same_batch(first, algorithmic.fixed_set(parity.ParityTask(), "test", 48, 100))
     assert len(first) == 100 and len(set(parity.ParityTask().keys(first))) == 100
-    assert not torch.equal(first.tokens, splits.fixed_set("parity", "validation", 48, 100).tokens)
-    assert not torch.equal(first.tokens, splits.fixed_set("parity", "test", 40, 100).tokens[:, :52])
+    assert not torch.equal(first.tokens, algorithmic.fixed_set("parity", "validation", 48, 100).tokens)
+    assert not torch.equal(first.tokens, algorithmic.fixed_set("parity", "test", 40, 100).tokens[:, :52])
     # The variant is part of the seed: the two S5 settings do not share input positions.
-    standard = splits.fixed_set(s5.S5Task("standard"), "test", 32, 20)
-    swaps = splits.fixed_set(s5.S5Task("swaps"), "test", 32, 20)
+    standard = algorithmic.fixed_set(s5.S5Task("standard"), "test", 32, 20)
+    swaps = algorithmic.fixed_set(s5.S5Task("swaps"), "test", 32, 20)
     assert not torch.equal(standard.tokens, swaps.tokens)
 
 
 def test_test_sets_exclude_validation_rows_and_exhaustion_is_reported():
     task = parity.ParityTask()
     task.validation_lengths, task.validation_rows_per_length = (8,), 100  # 256 strings of 8 bits exist
-    validation = set(task.keys(splits.fixed_set(task, "validation", 8, 100)))
-    test = splits.fixed_set(task, "test", 8, 156)  # exactly the 156 strings the validation set left
+    validation = set(task.keys(algorithmic.fixed_set(task, "validation", 8, 100)))
+    test = algorithmic.fixed_set(task, "test", 8, 156)  # exactly the 156 strings the validation set left
     keys = set(task.keys(test))
     assert len(keys) == 156 and not keys & validation and len(keys | validation) == 256
     with pytest.raises(TaskError, match="only 156 distinct admissible rows found at length 8; 157 were requested"):
-        splits.fixed_set(task, "test", 8, 157)
+        algorithmic.fixed_set(task, "test", 8, 157)
 
 
 def test_addition_sets_use_unordered_pairs():
@@ -359,13 +359,13 @@ def test_addition_sets_use_unordered_pairs():
     assert task.row_key(batch, 0) == task.row_key(batch, 1) != task.row_key(batch, 2)
     assert len(task.dedup(batch)) == 2
     # 55 unordered pairs of one-digit numbers exist.
-    assert len(splits.fixed_set(task, "train", 1, 55)) == 55
+    assert len(algorithmic.fixed_set(task, "train", 1, 55)) == 55
     with pytest.raises(TaskError):
-        splits.fixed_set(task, "train", 1, 56)
-    validation = splits.validation_sets(task)
+        algorithmic.fixed_set(task, "train", 1, 56)
+    validation = algorithmic.validation_sets(task)
     assert sorted(validation) == list(range(1, 9)) and all(len(b) == 32 for b in validation.values())
     assert sum(len(b) for b in validation.values()) == 256
-    test = splits.fixed_set(task, "test", 2, 300)
+    test = algorithmic.fixed_set(task, "test", 2, 300)
     assert not set(task.keys(test)) & set(task.keys(validation[2]))
 
 
@@ -386,26 +386,26 @@ def test_dedup_removes_repeats_and_excluded_rows():
 
 def test_train_batches_are_indexed_and_can_skip_heldout_rows():
     task = parity.ParityTask()
-    assert_same_batch(splits.train_batch(task, 5, 16), splits.train_batch("parity", 5, 16))
-    assert not torch.equal(splits.train_batch(task, 5, 16).tokens[:, :8], splits.train_batch(task, 6, 16).tokens[:, :8])
+    assert_same_batch(algorithmic.train_batch(task, 5, 16), algorithmic.train_batch("parity", 5, 16))
+    assert not torch.equal(algorithmic.train_batch(task, 5, 16).tokens[:, :8], algorithmic.train_batch(task, 6, 16).tokens[:, :8])
     # Filtering one-digit addition against a held-out set removes those pairs from the stream.
     adder = addition.AdditionTask()
-    heldout = set(adder.keys(splits.fixed_set(adder, "validation", 1, 32)))
+    heldout = set(adder.keys(algorithmic.fixed_set(adder, "validation", 1, 32)))
     for step in range(30):
-        batch = splits.train_batch(adder, step, 64, exclude=heldout)
+        batch = algorithmic.train_batch(adder, step, 64, exclude=heldout)
         assert len(batch) == 64
         if int(batch.difficulty[0]) == 1:
             assert not set(adder.keys(batch)) & heldout
-    assert splits.heldout_keys(adder, 1) == heldout
-    assert len(splits.heldout_keys("parity", 40)) == 256 + 1024
+    assert algorithmic.heldout_keys(adder, 1) == heldout
+    assert len(algorithmic.heldout_keys("parity", 40)) == 256 + 1024
 
 
 def test_default_held_out_sets_have_the_paper_sizes():
-    sets = splits.test_sets(s5.S5Task("swaps"), lengths=(32, 512))
+    sets = algorithmic.test_sets(s5.S5Task("swaps"), lengths=(32, 512))
     assert [len(b) for b in sets.values()] == [1024, 1024]
     assert sets[512].tokens.shape == (1024, 513)
-    assert {d: len(b) for d, b in splits.validation_sets("mod5_flat").items()} == {33: 256, 35: 256, 39: 256}
-    assert [len(b) for b in splits.test_sets("addition", lengths=(9,)).values()] == [256]
+    assert {d: len(b) for d, b in algorithmic.validation_sets("mod5_flat").items()} == {33: 256, 35: 256, 39: 256}
+    assert [len(b) for b in algorithmic.test_sets("addition", lengths=(9,)).values()] == [256]
 
 
 # ----------------------------------------------------------------------------------------------------------------
