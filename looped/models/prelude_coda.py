@@ -22,7 +22,10 @@ Choices where the paper leaves a detail open (each tested in tests/test_prelude_
     (sigma = `state_std`, default sqrt(2 / (5 d)), the paper's initialisation scale) and start from s_0 = 0, the
     noise's mean, in eval mode, so evaluation, decoding and the shared drivers are deterministic and
     incremental decoding equals the full forward exactly;
-  * no embedding scale, no q/k biases (the released checkpoint's config has both; 2 d per layer);
+  * the embedding is drawn from N(0, 2 / (5 d)) and scaled by sqrt(d) on input, as in the released config
+    (embed_scale, std): the tied head then starts with logits of standard deviation ~0.6 (PyTorch's N(0, 1)
+    embedding would start the loss near 25 nats); every other weight keeps PyTorch's default initialisation;
+  * no q/k biases (the released config has them: 2 d per layer);
   * convergence exit (`forward_early_exit`, `init_state(exit_threshold=T)`): after every iteration i >= 2 a
     position whose output distribution moved by KL(p_i || p_{i-1}) < T stops iterating. As in the seed-000
     early exit (loop.py), its state is frozen and its output is the distribution at its exit iteration; for
@@ -141,6 +144,8 @@ class PreludeCodaLM(CausalLM):
         super().__init__()
         self.config = c = config
         self.embed = nn.Embedding(c.vocab_size, c.dim)
+        nn.init.normal_(self.embed.weight, 0.0, math.sqrt(2 / (5 * c.dim)))
+        self.embed_scale = math.sqrt(c.dim)
         self.prelude = nn.ModuleList(SandwichBlock(c) for _ in range(c.prelude_layers))
         self.adapter = nn.Linear(2 * c.dim, c.dim, bias=False)  # A [s; e]
         self.core = nn.ModuleList(SandwichBlock(c) for _ in range(c.core_layers))
@@ -161,6 +166,10 @@ class PreludeCodaLM(CausalLM):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(self.final_norm(h), weight)
+
+    def prelude_output(self, tokens: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
+        """e = P(x): the scaled embedding through the prelude blocks."""
+        return run_layers(self.prelude, self.embed(tokens) * self.embed_scale, caches)
 
     def readout(self, s: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
         return self.logits(run_layers(self.coda, s, caches))
@@ -192,7 +201,7 @@ class PreludeCodaLM(CausalLM):
 
     def run(self, tokens: torch.Tensor, rounds: int, state: PreludeCodaState | None,
             first_with_grad: int = 0) -> torch.Tensor:
-        e = run_layers(self.prelude, self.embed(tokens), state.prelude if state is not None else None)
+        e = self.prelude_output(tokens, state.prelude if state is not None else None)
         s = self.initial_state(e)
         grad = torch.is_grad_enabled()
         for i in range(rounds):
@@ -203,7 +212,7 @@ class PreludeCodaLM(CausalLM):
     def run_early_exit(self, tokens: torch.Tensor, rounds: int, state: PreludeCodaState | None,
                        threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Iterations with the per-position convergence exit (module docstring); logits and iterations used."""
-        e = run_layers(self.prelude, self.embed(tokens), state.prelude if state is not None else None)
+        e = self.prelude_output(tokens, state.prelude if state is not None else None)
         s = self.initial_state(e)
         active = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
         used = torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
@@ -238,7 +247,7 @@ class PreludeCodaLM(CausalLM):
         return self.traced(tokens, rounds)
 
     def traced(self, tokens: torch.Tensor, rounds: int) -> Iterator[RoundTrace]:
-        e = run_layers(self.prelude, self.embed(tokens), None)
+        e = self.prelude_output(tokens, None)
         s = self.initial_state(e)
         for i in range(rounds):
             s = self.core_step(e, s, None)
@@ -282,7 +291,8 @@ class PreludeCodaLM(CausalLM):
         outside = {f"prelude {k}": v for k, v in blocks(c.prelude_layers).items()}
         outside |= {f"coda {k}": v for k, v in blocks(c.coda_layers).items()}
         outside["head"] = linear_flops(c.dim, c.vocab_size)
-        per_round = {"adapter": linear_flops(2 * c.dim, c.dim), **blocks(c.core_layers)}
+        core = {f"core {k}": v for k, v in blocks(c.core_layers).items()}
+        per_round = {"adapter": linear_flops(2 * c.dim, c.dim), **core}
         applications = c.prelude_layers + rounds * c.core_layers + c.coda_layers
         notes = [f"training draws the depth around r_bar = {c.rounds} and back-propagates through the last "
                  f"{c.backprop_rounds} iterations only: the 3 x forward training figure is an upper bound"]
