@@ -45,7 +45,7 @@ def tokens(model, length: int = 20) -> torch.Tensor:
 
 
 def test_the_initial_state_is_zero_in_eval_and_truncated_noise_in_training():
-    model = tiny(dim=64, heads=2)
+    model = tiny(dim=64, heads=2, state_std=None)
     e = torch.ones(4, 50, 64, dtype=torch.float64)
     assert not model.initial_state(e).any()
     model.train()

@@ -66,9 +66,9 @@ class PreludeCodaConfig(LMConfig):
     dim: int = 256
     heads: int = 8
     ffn_dim: int = 768  # SwiGLU hidden width
-    prelude_layers: int = 2
-    core_layers: int = 4
-    coda_layers: int = 2
+    prelude_layers: int = 2  # blocks of the prelude P (run once)
+    core_layers: int = 4  # blocks of the recurrent core R (run every iteration)
+    coda_layers: int = 2  # blocks of the coda C (run once, on the last state)
     rounds: int = 32  # r_bar: the mean of the training distribution and the default depth at eval
     backprop_rounds: int = 8  # k: training back-propagates through the last k iterations
     sample_rounds: bool = True  # training draws r from the log-normal Poisson (False: r = r_bar)
@@ -134,11 +134,14 @@ def sample_rounds(mean: int, sigma: float) -> int:
 
 
 @register("prelude_coda", PreludeCodaConfig,
+          # state_std 0: the compile driver compares two train-mode models, whose s_0 noise would differ
           test_overrides=dict(dim=16, heads=2, ffn_dim=24, prelude_layers=1, core_layers=2, coda_layers=1, rounds=3,
-                              context_length=40),
+                              context_length=40, state_std=0.0),
           test_depths=(1, 3, 5))
 class PreludeCodaLM(CausalLM):
     """Prelude -> r iterations of the core on the latent state s -> coda (module docstring)."""
+
+    compiled_methods = ("core_iteration",)  # one iteration of the full forward: every depth reuses its graph
 
     def __init__(self, config: PreludeCodaConfig):
         super().__init__()
@@ -175,13 +178,18 @@ class PreludeCodaLM(CausalLM):
         return self.logits(run_layers(self.coda, s, caches))
 
     def core_step(self, e: torch.Tensor, s: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
+        """s_i = R(A [s_{i-1}; e]), writing the core's keys/values into `caches` when decoding."""
         return run_layers(self.core, self.adapter(torch.cat((s, e), dim=-1)), caches)
+
+    def core_iteration(self, e: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """One iteration of the full forward (no caches): what `train.compile` compiles."""
+        return self.core_step(e, s, None)
 
     def initial_state(self, e: torch.Tensor) -> torch.Tensor:
         """s_0: truncated-normal noise in training, the noise's mean (zero) in eval mode (module docstring)."""
-        if not self.training:
-            return torch.zeros_like(e)
         std = self.config.initial_std()
+        if not self.training or std == 0:
+            return torch.zeros_like(e)
         return nn.init.trunc_normal_(torch.empty_like(e), 0.0, std, -3 * std, 3 * std)
 
     def plan(self, rounds: int | None) -> tuple[int, int]:
@@ -206,7 +214,7 @@ class PreludeCodaLM(CausalLM):
         grad = torch.is_grad_enabled()
         for i in range(rounds):
             with torch.set_grad_enabled(grad and i >= first_with_grad):  # truncated backprop: the last k only
-                s = self.core_step(e, s, state.core[i] if state is not None else None)
+                s = self.core_iteration(e, s) if state is None else self.core_step(e, s, state.core[i])
         return self.readout(s, state.coda[0] if state is not None else None)
 
     def run_early_exit(self, tokens: torch.Tensor, rounds: int, state: PreludeCodaState | None,
@@ -250,7 +258,7 @@ class PreludeCodaLM(CausalLM):
         e = self.prelude_output(tokens, None)
         s = self.initial_state(e)
         for i in range(rounds):
-            s = self.core_step(e, s, None)
+            s = self.core_iteration(e, s)
             yield RoundTrace(i + 1, s, self.readout(s, None))
 
     def init_state(self, batch: int, *, rounds: int | None = None,
