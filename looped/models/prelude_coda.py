@@ -303,6 +303,7 @@ class PreludeCodaLM(CausalLM):
         per_round = {"adapter": linear_flops(2 * c.dim, c.dim), **core}
         applications = c.prelude_layers + rounds * c.core_layers + c.coda_layers
         notes = [f"training draws the depth around r_bar = {c.rounds} and back-propagates through the last "
-                 f"{c.backprop_rounds} iterations only: the 3 x forward training figure is an upper bound"]
+                 f"{c.backprop_rounds} iterations only: the 3 x forward training figure is an upper bound",
+                 "decoding with a convergence exit keeps the coda's caches once per iteration (not counted here)"]
         return Ledger(self.arch_name, context, rounds, outside, [dict(per_round) for _ in range(rounds)],
                       state_per_token={"kv cache": applications * 2 * c.dim * item_bytes(self)}, notes=notes)
