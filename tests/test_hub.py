@@ -14,6 +14,7 @@ from hub_cache import FakeHubApi, add_commit, offline_cache
 hf = pytest.importorskip("huggingface_hub", reason="the hub extra is not installed (pip install 'looped[hub]')")
 
 import looped  # noqa: E402
+from looped.train.checkpoint import resolve_checkpoint  # noqa: E402
 from looped import cli  # noqa: E402
 from looped.config import from_dict  # noqa: E402
 from looped.train import RunConfig, Trainer  # noqa: E402
@@ -49,7 +50,7 @@ def test_push_then_load_by_hub_id_round_trips_the_weights(run, offline_hub):
 
 def test_model_card_metadata_names_arch_parameters_corpus_and_score(run, offline_hub):
     push(str(run), "me/card", api=FakeHubApi(offline_hub))
-    folder = cli.resolve_checkpoint("hf:me/card")
+    folder = resolve_checkpoint("hf:me/card")
     card = hf.ModelCard.load(folder / "README.md")
     meta = card.data.to_dict()
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -68,7 +69,7 @@ def test_with_trainer_uploads_the_resume_state_on_a_branch(run, offline_hub):
     result = push(str(run), "me/full", revision="v1", with_trainer=True, api=api)
     assert "trainer.safetensors" in result["files"] and "trainer.json" in result["files"]
     assert ("create_branch", "me/full", "v1") in api.calls
-    assert (cli.resolve_checkpoint("hf:me/full@v1") / "trainer.safetensors").is_file()
+    assert (resolve_checkpoint("hf:me/full@v1") / "trainer.safetensors").is_file()
 
 
 def test_a_run_pushed_with_its_trainer_state_resumes_bit_identically(run, offline_hub, tmp_path):

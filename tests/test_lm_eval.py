@@ -14,6 +14,7 @@ from helpers import tiny_run_config, write_text_corpus
 
 pytest.importorskip("lm_eval", reason="the eval extra is not installed (pip install 'looped[eval]')")
 
+from looped.train.checkpoint import resolve_checkpoint  # noqa: E402
 from looped import cli  # noqa: E402
 from looped.config import from_dict  # noqa: E402
 from looped.integrations.lm_eval import LoopedLM, sweep  # noqa: E402
@@ -70,7 +71,7 @@ def test_harness_bits_per_byte_equals_direct_scoring_at_each_depth(run, tiny_tas
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     result = sweep(str(run), ["looped_tiny_text"], rounds=[1, 3], include_path=str(tiny_task), batch_size=2,
                    default_tasks=False)  # indexing lm-eval's own task files takes most of a minute here
-    model, _ = load_model(cli.resolve_checkpoint(str(run)))
+    model, _ = load_model(resolve_checkpoint(str(run)))
     for r in (1, 3):
         harness = result["results"][str(r)]["looped_tiny_text"]["bits_per_byte,none"]
         assert harness == pytest.approx(direct_bits_per_byte(model, DOCS, r), rel=1e-5)
