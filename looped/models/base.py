@@ -58,6 +58,19 @@ class CausalLM(nn.Module):
     # Methods holding pure tensor arithmetic that `train.compile` compiles (looped/models/compile.py):
     # no token validation, no incremental state, no loop over a depth that changes between calls.
     compiled_methods: tuple[str, ...] = ()
+
+    def decode_at_depth(self, tokens: torch.Tensor, state, run, run_early_exit) -> torch.Tensor:
+        """`decode` of a model with a test-time depth and a per-position early exit: `run(tokens, rounds, state)`
+        at the state's fixed depth, or with `state.exit_threshold` set `run_early_exit(tokens, rounds, state,
+        threshold)`, whose rounds used per position (batch, n) are appended to `state.rounds_used`."""
+        self.check_tokens(tokens, start=state.position)
+        if state.exit_threshold is None:
+            logits = run(tokens, state.rounds, state)
+        else:
+            logits, used = run_early_exit(tokens, state.rounds, state, state.exit_threshold)
+            state.rounds_used.append(used)
+        state.position += tokens.shape[1]
+        return logits
     # True where training minimises `model.objective(model(inputs, with_exits=True), targets)` rather than the
     # cross-entropy of forward's logits (exit_gate_loop: an expected loss over exit steps); LMTask.loss reads it
     has_objective: bool = False

@@ -237,18 +237,15 @@ class ExitGateLoop(CausalLM):
         caches = [[layer.attn.new_cache(batch, capacity) for layer in self.layers] for _ in range(rounds)]
         return ExitGateState(batch=batch, rounds=rounds, caches=caches, exit_threshold=exit_threshold)
 
+    def run_cached(self, tokens: torch.Tensor, rounds: int, state: ExitGateState) -> torch.Tensor:
+        """`rounds` steps on the state's per-step KV caches, read out after the last."""
+        h = self.embed(tokens)
+        for t in range(rounds):
+            h = self.cached_step(h, state.caches[t])
+        return self.head(self.final_norm(h))
+
     def decode(self, tokens: torch.Tensor, state: ExitGateState) -> torch.Tensor:
-        self.check_tokens(tokens, start=state.position)
-        if state.exit_threshold is None:
-            h = self.embed(tokens)
-            for t in range(state.rounds):
-                h = self.cached_step(h, state.caches[t])
-            logits = self.head(self.final_norm(h))
-        else:
-            logits, used = self.run_early_exit(tokens, state.rounds, state, state.exit_threshold)
-            state.rounds_used.append(used)
-        state.position += tokens.shape[1]
-        return logits
+        return self.decode_at_depth(tokens, state, self.run_cached, self.run_early_exit)
 
     # compute ledger (looped/models/ledger.py) ------------------------------------------------------------
     def ledger(self, context: int, depth: int | None = None) -> Ledger:

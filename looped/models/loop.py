@@ -396,14 +396,7 @@ class LoopedLM(CausalLM):
                          mass_settled=[False] * rounds, exit_threshold=exit_threshold)
 
     def decode(self, tokens: torch.Tensor, state: LoopState) -> torch.Tensor:
-        self.check_tokens(tokens, start=state.position)
-        if state.exit_threshold is None:
-            logits = self.run_rounds(tokens, state.rounds, state)
-        else:
-            logits, used = self.run_rounds_early_exit(tokens, state.rounds, state, state.exit_threshold)
-            state.rounds_used.append(used)
-        state.position += tokens.shape[1]
-        return logits
+        return self.decode_at_depth(tokens, state, self.run_rounds, self.run_rounds_early_exit)
 
 
 @register("shared_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),

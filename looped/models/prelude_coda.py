@@ -275,14 +275,7 @@ class PreludeCodaLM(CausalLM):
                                 coda=[caches(self.coda) for _ in range(readouts)], exit_threshold=exit_threshold)
 
     def decode(self, tokens: torch.Tensor, state: PreludeCodaState) -> torch.Tensor:
-        self.check_tokens(tokens, start=state.position)
-        if state.exit_threshold is None:
-            logits = self.run(tokens, state.rounds, state)
-        else:
-            logits, used = self.run_early_exit(tokens, state.rounds, state, state.exit_threshold)
-            state.rounds_used.append(used)
-        state.position += tokens.shape[1]
-        return logits
+        return self.decode_at_depth(tokens, state, self.run, self.run_early_exit)
 
     # compute ledger (looped/models/ledger.py) --------------------------------------------------------------
     def ledger(self, context: int, depth: int | None = None) -> Ledger:
