@@ -1,4 +1,5 @@
-"""Claims tables (issue 27): the verdict rules, and every committed table regenerates byte-identically."""
+"""Claims tables (issue 27): the verdict rules and the README summary (every committed table regenerating
+byte-identically is a shared study driver, tests/study_drivers.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from looped.experiments import clw_study, drt_shortcuts, drt_study, rlt_study
 from looped.experiments.claims import Claim, ahead, at_least, at_most, claims_markdown, machines_line
-from looped.experiments.clw_claims import clw_claims_document
-from looped.experiments.drt_claims import drt_claims_document
 from looped.experiments.results import ResultTable, machine
-from looped.experiments.rlt_claims import rlt_claims_document
 from looped.experiments.summary import rewrite_readme, summary_block
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,36 +66,6 @@ def test_new_result_rows_record_the_machine_and_old_rows_load(tmp_path):
     assert machines_line(rows).startswith("Rows ran on: unrecorded")
 
 
-# --- the committed tables ----------------------------------------------------------------------------------------
-def _committed(study: str) -> Path:
-    folder = RESULTS / f"{study}_cpu"
-    if not (folder / "results.csv").exists():
-        pytest.skip(f"no committed {folder}")
-    return folder
-
-
-def _tables(study: str, folder: Path) -> dict[str, str]:
-    """table.md and claims.md as the study's report would write them from `folder`'s CSVs (no plots)."""
-    if study == "clw":
-        t = clw_study.ClwStudy(folder, folder / "runs")
-        table = clw_study.table_markdown(t.results, t.exits, t.positions)
-    elif study == "drt":
-        t = drt_study.DrtStudy(folder, folder / "runs")
-        table = drt_study.table_markdown(t.results, "cpu", drt_shortcuts.table(folder))
-    else:
-        t = rlt_study.RltStudy(folder, folder / "runs")
-        table = rlt_study.table_markdown(t.results, t.lengths, "cpu")
-    document = {"clw": clw_claims_document, "drt": drt_claims_document, "rlt": rlt_claims_document}[study]
-    return {"table.md": table, "claims.md": document(folder, "cpu")}
-
-
-@pytest.mark.parametrize("study", ["clw", "drt", "rlt"])
-def test_every_committed_table_regenerates_from_the_committed_csvs(study):
-    folder = _committed(study)
-    for name, text in _tables(study, folder).items():
-        assert (folder / name).read_text() == text, f"{folder / name} is stale: `looped reproduce {study} --report`"
-
-
 def test_the_readme_claims_summary_is_generated_from_the_csvs(tmp_path):
     readme = tmp_path / "README.md"
     shutil.copy(REPO / "README.md", readme)
@@ -109,7 +76,9 @@ def test_the_readme_claims_summary_is_generated_from_the_csvs(tmp_path):
 def test_report_option_rewrites_tables_and_claims_without_training(tmp_path, capsys):
     from looped.cli import main
 
-    folder = _committed("rlt")
+    folder = RESULTS / "rlt_cpu"
+    if not (folder / "results.csv").exists():
+        pytest.skip(f"no committed {folder}")
     out = tmp_path / "rlt"
     out.mkdir()
     for name in ("results.csv", "lengths.csv"):  # parity only: a small report

@@ -3,6 +3,7 @@
 import csv
 
 from looped.experiments import clw, clw_study
+from looped.experiments import study as engine
 
 from helpers import write_text_corpus
 
@@ -14,9 +15,10 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
                                                           "heldout_fraction": 0.2}})
     tiny = {"model": {"dim": 32, "heads": 4, "ffn_dim": 32},
             "train": {"max_targets": 2 * 8 * 512, "threads": 1}}
-    kwargs = dict(seeds=(11,), rows=("plain", "workspace"), overrides=tiny, progress=False, log=lambda m: None)
+    kwargs = dict(select={"seed": (11,), "row": ("plain", "workspace")}, overrides=tiny, progress=False,
+                  log=lambda m: None)
     out, runs = tmp_path / "results", tmp_path / "runs"
-    clw_study.run_study(out, runs, **kwargs)
+    engine.run_study("clw", out, runs, **kwargs)
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert {(r["corpus"], r["row"]) for r in rows} == {(c, r) for c in clw.CORPORA for r in ("plain", "workspace")}
     assert all(r["status"] == "ok" and int(r["targets"]) == 8192 for r in rows)
@@ -31,7 +33,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     assert sorted({int(r["rounds"]) for r in rounds}) == list(range(1, 9))
     assert {r["row"] for r in rounds} == {"workspace"}  # only looped rows have a depth to vary
     before = (out / "results.csv").read_text()
-    clw_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained, nothing changed
+    engine.run_study("clw", out, runs, **kwargs)  # nothing left to do: nothing retrained, nothing changed
     assert (out / "results.csv").read_text() == before
     table = (out / "table.md").read_text()
     assert "| workspace |" in table and "## Early exit at inference" in table and "by position" in table
@@ -42,7 +44,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     table_.rows = kept
     table_.save()
     messages = []
-    clw_study.run_study(out, runs, **{**kwargs, "log": messages.append})
+    engine.run_study("clw", out, runs, **{**kwargs, "log": messages.append})
     assert messages == ["scoring by position: enwik8 / plain / seed 11"]
     again = {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in csv.DictReader(open(out / "positions.csv"))}
     assert again == {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in positions}
@@ -52,7 +54,6 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
 
 
 def test_a_diverged_run_is_recorded_not_hidden(tmp_path, monkeypatch):
-    from looped.experiments import results as study_results
     from looped.train import TrainingError
 
     class Diverges:
@@ -65,10 +66,10 @@ def test_a_diverged_run_is_recorded_not_hidden(tmp_path, monkeypatch):
     corpus = write_text_corpus(tmp_path / "text.txt", 30_000)
     monkeypatch.setattr(clw, "CPU_DATA", {c: {"corpus": "raw", "path": str(corpus), "heldout_fraction": 0.2}
                                           for c in clw.CORPORA})
-    monkeypatch.setattr(study_results, "Trainer", Diverges)
+    monkeypatch.setattr(engine, "Trainer", Diverges)
     out = tmp_path / "results"
-    clw_study.run_study(out, tmp_path / "runs", seeds=(11,), rows=("plain",), corpora=("enwik8",),
-                        progress=False, log=lambda m: None)
+    engine.run_study("clw", out, tmp_path / "runs", select={"seed": (11,), "row": ("plain",), "corpus": ("enwik8",)},
+                     progress=False, log=lambda m: None)
     (row,) = list(csv.DictReader(open(out / "results.csv")))
     assert row["status"].startswith("failed: loss became nan at update 3") and row["nll"] == ""
     assert "| plain | – |" in (out / "table.md").read_text()  # a failed run contributes no score
@@ -76,7 +77,6 @@ def test_a_diverged_run_is_recorded_not_hidden(tmp_path, monkeypatch):
 
 def test_reproduce_status_lists_done_failed_and_to_do_runs(tmp_path, capsys):
     from looped.cli import main
-    from looped.experiments import results as study_results
 
     table = clw_study.results_table(tmp_path / "clw")
     table.add({"corpus": "enwik8", "row": "plain", "arch": "transformer", "seed": 11, "status": "ok"})
@@ -90,7 +90,7 @@ def test_reproduce_status_lists_done_failed_and_to_do_runs(tmp_path, capsys):
     for paper in ("rlt", "drt"):
         assert main(["reproduce", paper, "--status", "--out", str(tmp_path / paper), "--seeds", "42"]) == 0
         assert capsys.readouterr().out.startswith(f"{paper} cpu: 0 done, 0 failed, ")
-    assert study_results.status_report(table, [], "empty").startswith("empty: 0 done, 0 failed, 0 to do")
+    assert engine.status_report(table, [], "empty").startswith("empty: 0 done, 0 failed, 0 to do")
 
 
 def test_result_rows_read_the_same_before_and_after_a_reload(tmp_path):
@@ -107,16 +107,15 @@ def test_result_rows_read_the_same_before_and_after_a_reload(tmp_path):
 
 
 def test_pending_runs_skips_done_runs_and_starts_none_after_the_deadline(tmp_path, monkeypatch):
-    from looped.experiments import results as study_results
-
     table = clw_study.results_table(tmp_path)
     table.add({"corpus": "enwik8", "row": "plain", "seed": 11, "status": "ok"})
-    plan = clw_study.plan_runs(seeds=(11,), corpora=("enwik8",), rows=("plain", "workspace", "anchored_loop"))
-    assert [k["row"] for k in study_results.pending_runs(plan, table)] == ["workspace", "anchored_loop"]
+    plan = engine.plan_keys(engine.get_study("clw"), "cpu", {"seed": (11,), "corpus": ("enwik8",),
+                                                             "row": ("plain", "workspace", "anchored_loop")})
+    assert [k["row"] for k in engine.pending_runs(plan, table)] == ["workspace", "anchored_loop"]
     clock = iter([0.0, 30.0, 90.0, 200.0])  # minutes 0 (start), 0.5, 1.5, ...
-    monkeypatch.setattr(study_results.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(engine.time, "monotonic", lambda: next(clock))
     messages = []
-    started = list(study_results.pending_runs(plan, table, stop_after=1.0, log=messages.append))
+    started = list(engine.pending_runs(plan, table, stop_after=1.0, log=messages.append))
     assert [k["row"] for k in started] == ["workspace"]  # the next run would have started after 1 minute
     assert messages == ["stopping: --stop-after 1 minutes reached, 2 run(s) left to do"]
 
@@ -125,17 +124,16 @@ def test_two_processes_share_a_study_without_losing_rows_or_training_a_run_twice
     """Two `looped reproduce` processes on one results folder: each ResultTable is loaded before the other
     writes, yet neither drops the other's rows, and a run one of them has claimed is skipped by the other
     (the claim is a flock, held by the generator until its consumer asks for the next run)."""
-    from looped.experiments import results as study_results
-
     first, second = clw_study.results_table(tmp_path), clw_study.results_table(tmp_path)
     first.add({"corpus": "enwik8", "row": "plain", "seed": 11, "status": "ok"})
     second.add({"corpus": "enwik8", "row": "shared_loop", "seed": 11, "status": "ok"})
     assert {r["row"] for r in clw_study.results_table(tmp_path).rows} == {"plain", "shared_loop"}
 
-    plan = clw_study.plan_runs(seeds=(11,), corpora=("enwik8",), rows=("plain", "workspace", "anchored_loop"))
+    plan = engine.plan_keys(engine.get_study("clw"), "cpu", {"seed": (11,), "corpus": ("enwik8",),
+                                                             "row": ("plain", "workspace", "anchored_loop")})
     messages = []
-    runs_a = study_results.pending_runs(plan, first, log=messages.append)
-    runs_b = study_results.pending_runs(plan, second, log=messages.append)
+    runs_a = engine.pending_runs(plan, first, log=messages.append)
+    runs_b = engine.pending_runs(plan, second, log=messages.append)
     assert next(runs_a)["row"] == "workspace"  # a claims workspace and trains it ...
     assert next(runs_b)["row"] == "anchored_loop"  # ... so b skips it
     assert messages == ["skipping enwik8 / 11 / workspace: another process is running it"]

@@ -11,7 +11,7 @@ from helpers import write_text_corpus
 
 from looped.cli import main
 from looped.experiments import compare
-from looped.experiments import results as runner
+from looped.experiments import study as runner
 from looped.experiments.compare import CompareStudy, run_compare
 from looped.experiments.compare_plan import (FLOPS_ROW, PARAM_TOLERANCE, CompareOptions, Timing, cost_model,
                                              load_or_make_plan, row_steps, run_config, solve_widths,

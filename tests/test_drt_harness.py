@@ -22,6 +22,7 @@ from looped.config import from_dict
 from looped.data.tasks import get_task
 from looped.eval.reasoning import (AccuracyGrid, beyond_range_grids, depth_embedding_diagnostic, depth_embedding_variant, evaluate_grid,
                                    id_ood, logits_by_budget, shortcut_accuracy, sufficient_budgets)
+from looped.experiments.study import run_study
 from looped.experiments import drt, drt_study
 from looped.models import build_model
 from looped.train import RunConfig, Trainer, load_run_config
@@ -165,15 +166,6 @@ def test_shipped_recipes_load_and_train_through_the_cli(tmp_path, capsys):
     assert code == 0 and json.loads(out[out.index("\n{") + 1:])["step"] == 2  # after the trainer's log line
 
 
-def test_shipped_recipes_are_the_generated_ones(tmp_path):
-    written = drt.write_configs(tmp_path)
-    generated = {p.relative_to(tmp_path) for p in written}
-    root = REPO / "configs/drt"
-    assert generated == {p.relative_to(root) for p in root.rglob("*.yaml")}
-    for path in generated:
-        assert (root / path).read_text() == (tmp_path / path).read_text(), path
-
-
 def test_config_errors_are_clear():
     with pytest.raises(ValueError, match="hard_negatives applies to the graph task only"):
         from_dict(RunConfig, tiny_config(task={"name": "boolean", "hard_negatives": True}))
@@ -228,7 +220,8 @@ def test_fixed_depth_heatmap_has_one_row_named_by_its_depth(tmp_path):
 
 
 def test_table_reports_mean_sd_over_seeds_and_act_ponder_steps(tmp_path):
-    from looped.experiments.results import ResultTable, format_mean_sd
+    from looped.eval.stats import format_mean_sd
+    from looped.experiments.results import ResultTable
     assert format_mean_sd([0.5, 0.7, 0.9], 2) == "0.70 ± 0.20 (n=3)" and format_mean_sd([0.5], 1) == "0.5 (n=1)"
     table = ResultTable(tmp_path / "results.csv", drt_study.COLUMNS, drt_study.KEY)
     base = dict(task="graph", alpha="0.0", parameters="100", updates="2", train_seconds="1", trained_difficulties="1-5",
@@ -444,15 +437,15 @@ def test_bench_cli_options():
 # ============================================================================ study
 
 
-def test_study_runner_is_resumable(tmp_path, monkeypatch):
+def test_study_scores_both_generators_backfills_and_takes_alphas_from_the_command_line(tmp_path, monkeypatch, capsys):
     tiny = {"model": {"dim": 16, "heads": 2, "ffn_dim": 32},
             "task": {"train_size": 128, "val_size": 16, "test_per_bucket": 8, "test_difficulties": [1, 2, 6, 12],
                      "eval_steps": [1, 2, 8, 12]},
             "train": {"max_targets": 128, "eval_every": 0}}
     out, runs = tmp_path / "results", tmp_path / "runs"
-    kwargs = dict(tasks=("graph",), seeds=(42,), alphas=(0.0, 1.0), overrides=tiny, progress=False,
-                  log=lambda m: None, diagnostic_per_bucket=4)
-    drt_study.run_study(out, runs, **kwargs)
+    kwargs = dict(select={"task": ("graph",), "seed": (42,), "alpha": ("0.0", "1.0")}, overrides=tiny,
+                  progress=False, log=lambda m: None, diagnostic_per_bucket=4)
+    run_study("drt", out, runs, **kwargs)
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert [(r["alpha"], r["status"]) for r in rows] == [("0.0", "ok"), ("1.0", "ok")]
     assert all(r["updates"] == "2" and r["step1_12hop"] and r["id_accuracy"] and r["ood_accuracy"] for r in rows)
@@ -474,7 +467,7 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
         writer = csv.DictWriter(f, fieldnames=[*drt_study.COLUMNS, "overrides"], lineterminator="\n")
         writer.writeheader()
         writer.writerows({**r, "cross_id_accuracy": "", "cross_ood_accuracy": ""} for r in rows)
-    drt_study.run_study(out, runs, **kwargs)
+    run_study("drt", out, runs, **kwargs)
     again = list(csv.DictReader(open(out / "results.csv")))
     assert [(r["cross_id_accuracy"], r["cross_ood_accuracy"]) for r in again] == \
         [(r["cross_id_accuracy"], r["cross_ood_accuracy"]) for r in rows]
@@ -483,26 +476,25 @@ def test_study_runner_is_resumable(tmp_path, monkeypatch):
         raise AssertionError("a finished run was trained again")
 
     before = (out / "results.csv").read_text()
-    from looped.experiments import results as study_results
-    monkeypatch.setattr(study_results, "Trainer", no_training)
-    drt_study.run_study(out, runs, **kwargs)
-    assert (out / "results.csv").read_text() == before
-    # the same study through `looped reproduce drt` (its parser as looped.cli builds it, plus the DRT options)
-    from looped.cli import build_parser
+    from looped.experiments import study as engine
+    monkeypatch.setattr(engine, "Trainer", no_training)
+    # the same study through `looped reproduce drt`: --alphas 0 1 are the keys "0.0" and "1.0"
+    from looped.cli import main
 
-    parser = build_parser()
     argv = ["reproduce", "drt", "--seeds", "42", "--alphas", "0", "1", "--out", str(out), "--runs", str(runs),
-            "--no-progress"]
-    assert drt_study.reproduce(parser.parse_args([*argv, "--tasks", "graph"])) == 0
+            "--no-progress", *[f"--set={k}.{f}={v}" for k, fields in tiny.items() for f, v in fields.items()]]
+    assert main([*argv, "--tasks", "graph"]) == 0
     assert (out / "results.csv").read_text() == before
-    with pytest.raises(ValueError, match="--tasks: unknown name 'parity'"):
-        drt_study.reproduce(parser.parse_args([*argv, "--tasks", "parity"]))
+    assert main([*argv, "--tasks", "parity"]) == 2
 
 
 def test_reproduce_defaults_to_the_papers_tasks_and_its_help_names_every_recipe(capsys):
     from looped.cli import build_parser
     from looped.experiments import drt, rlt
-    assert {key["task"] for key, _ in drt_study.plan_runs()} == {"graph", "logic", "family"} == set(drt.PAPER_TASKS)
+    from looped.experiments.study import get_study, plan_keys
+
+    assert {key["task"] for key in plan_keys(get_study("drt"), "full")} == {"graph", "logic", "family"} \
+        == set(drt.PAPER_TASKS)
     parser = build_parser()
     for paper, names in (("drt", drt.TASKS), ("rlt", rlt.TASKS)):  # each study's own --tasks help names its recipes
         with pytest.raises(SystemExit):

@@ -8,7 +8,8 @@ import csv
 import pytest
 
 from looped.config import from_dict
-from looped.experiments import drt, drt_study
+from looped.experiments import drt
+from looped.experiments.study import run_study
 from looped.train import RunConfig
 
 TINY = {"model": {"dim": 16, "heads": 2, "ffn_dim": 32, "steps_range": [1, 2]},
@@ -33,8 +34,8 @@ def test_decued_recipe_is_the_family_recipe_on_the_decued_generator():
 
 def test_study_trains_the_decued_recipe_and_reports_shortcut_rows(tmp_path):
     out, runs = tmp_path / "results", tmp_path / "runs"
-    drt_study.run_study(out, runs, tasks=("family_decued",), seeds=(42,), overrides=TINY, progress=False,
-                        log=lambda m: None, diagnostic_per_bucket=4)
+    run_study("drt", out, runs, select={"task": ("family_decued",), "seed": (42,)}, overrides=TINY, progress=False,
+              log=lambda m: None, diagnostic_per_bucket=4)
     [row] = read(out / "results.csv")
     assert (row["task"], row["status"], row["updates"]) == ("family_decued", "ok", "1")
     shortcuts = read(out / "shortcuts.csv")
@@ -51,21 +52,21 @@ def test_study_trains_the_decued_recipe_and_reports_shortcut_rows(tmp_path):
     # the rows are a function of the data config: recomputed from scratch they are the same
     first = (out / "shortcuts.csv").read_text()
     (out / "shortcuts.csv").unlink()
-    drt_study.run_study(out, runs, tasks=("family_decued",), seeds=(42,), overrides=TINY, progress=False,
-                        log=lambda m: None, shortcuts_only=True)
+    run_study("drt", out, runs, select={"task": ("family_decued",), "seed": (42,)}, overrides=TINY, progress=False,
+              log=lambda m: None, shortcuts_only=True)
     assert (out / "shortcuts.csv").read_text() == first
     assert (out / "table.md").read_text() == table
 
 
 def test_reproduce_shortcuts_only_trains_nothing(tmp_path, capsys):
-    from looped.cli import build_parser
+    from looped.cli import main
 
     out = tmp_path / "results"
     argv = ["reproduce", "drt", "--tasks", "family", "graph", "--shortcuts-only", "--out", str(out), "--runs",
             str(tmp_path / "runs"), "--no-progress"]
     for override in ("task.train_size=200", "task.test_per_bucket=10", "task.val_size=16"):
         argv += ["--set", override]
-    assert drt_study.reproduce(build_parser().parse_args(argv)) == 0
+    assert main(argv) == 0
     assert not (out / "results.csv").exists() and not (tmp_path / "runs").exists()
     rows = {r["baseline"]: r for r in read(out / "shortcuts.csv")}
     assert set(rows) == {"relation word + depth", "relation word", "offset sum"}  # family only, not graph

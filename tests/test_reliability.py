@@ -453,14 +453,15 @@ def test_benchmarks_leave_the_committed_results_alone_unless_asked():
 
 
 def test_ctrl_c_in_a_study_stops_it_without_marking_the_run_failed(tmp_path, monkeypatch):
-    from looped.experiments import results as study
+    from looped.experiments import study
+    from looped.experiments.results import ResultTable
     from looped.train.trainer import TrainingInterrupted
 
     def interrupted(*args):
         raise TrainingInterrupted("stopped by SIGINT at update 3/8, checkpoint saved")
 
-    monkeypatch.setattr(study, "train_one", interrupted)
-    table = study.ResultTable(tmp_path / "results.csv", ["task", "status"], ["task"])
+    monkeypatch.setattr(study, "train_run", interrupted)
+    table = ResultTable(tmp_path / "results.csv", ["task", "status"], ["task"])
     with pytest.raises(TrainingInterrupted):
         study.train_or_record_failure(table, {"task": "parity"}, None, tmp_path / "run", False, print)
     assert table.rows == []  # a later `reproduce` resumes the run instead of skipping it as failed

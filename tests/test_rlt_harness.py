@@ -353,15 +353,8 @@ def test_bench_writes_json_at_tiny_size(tmp_path):
     assert result["profile_rlt1"]["top_ops"] and out.with_suffix(".png").exists()
 
 
-def test_shipped_recipes_are_the_generated_ones(tmp_path):
-    from looped.experiments import rlt
-
-    written = rlt.write_recipes(tmp_path)
-    shipped = {p.relative_to(tmp_path) for p in written}
+def test_shipped_recipes_carry_the_papers_settings():
     root = ckpt.Path(__file__).resolve().parents[1] / "configs/rlt"
-    assert shipped == {p.relative_to(root) for p in root.rglob("*.yaml")}
-    for path in shipped:
-        assert (root / path).read_text() == (tmp_path / path).read_text(), path
     full = load_run_config(root / "full/parity_rlt1.yaml")
     assert (full.train.batch_size, full.train.micro_batch_size, full.optim.lr) == (512, 32, 1e-4)
     assert load_run_config(root / "full/mod5_flat_rlt0.yaml").train.max_steps == 5000
@@ -369,16 +362,13 @@ def test_shipped_recipes_are_the_generated_ones(tmp_path):
     assert cpu["task"]["curriculum_start"] == 3 and cpu["model"]["feedback_interval"] == 4
 
 
-def test_study_runner_is_resumable_at_tiny_scale(tmp_path):
-    from looped.experiments import rlt_study
+def test_study_scores_every_length_and_shuffled_feedback_for_feedback_rows_only(tmp_path):
+    from looped.experiments import study
 
-    tiny = {"model": {"dim": 16, "heads": 2, "ffn_dim": 16},
-            "task": {"validation_size": 8},
-            "train": {"max_steps": 2, "eval_every": 1, "batch_size": 8, "log_every": 1}}
-    kwargs = dict(tasks=("parity",), rows=("rlt1", "baseline"), seeds=(42,), overrides=tiny, test_size=6,
-                  test_lengths={"parity": [32, 64]}, progress=False, log=quiet)
+    toy = study.get_study("rlt").toy(tmp_path)  # parity, RLT-1 and the Transformer, 2 updates, lengths 32 and 64
     out, runs = tmp_path / "results", tmp_path / "runs"
-    rlt_study.run_study(out, runs, **kwargs)
+    study.run_study("rlt", out, runs, select=toy["select"], overrides=toy["overrides"], progress=False, log=quiet,
+                    **toy["options"])
     results = list(csv.DictReader(open(out / "results.csv")))
     assert {(r["row"], r["status"]) for r in results} == {("rlt1", "ok"), ("baseline", "ok")}
     lengths = list(csv.DictReader(open(out / "lengths.csv")))
@@ -390,9 +380,6 @@ def test_study_runner_is_resumable_at_tiny_scale(tmp_path):
     assert shuffled["baseline"] == "" and shuffled["rlt1"] != ""  # measured for feedback rows only
     assert "| 40, shuffled feedback |" in table
     assert (out / "parity.png").exists() and (out / "feedback.png").exists()
-    before = (out / "results.csv").read_text(), (out / "lengths.csv").read_text()
-    rlt_study.run_study(out, runs, **kwargs)  # nothing left to do: nothing retrained or re-evaluated
-    assert ((out / "results.csv").read_text(), (out / "lengths.csv").read_text()) == before
 
 
 def test_shuffled_feedback_hands_each_row_its_neighbours_register():

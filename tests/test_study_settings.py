@@ -8,7 +8,7 @@ import csv
 
 import pytest
 
-from looped.experiments import rlt_study
+from looped.experiments.study import run_study
 from looped.experiments.results import OVERRIDES, ResultTable, check_same_settings, overrides_text
 
 TINY = {"model": {"dim": 16, "heads": 2, "ffn_dim": 16}, "task": {"validation_size": 8},
@@ -17,8 +17,9 @@ TINY = {"model": {"dim": 16, "heads": 2, "ffn_dim": 16}, "task": {"validation_si
 
 def study(out, runs, seed: int, max_steps: int):
     overrides = {**TINY, "train": {**TINY["train"], "max_steps": max_steps}}
-    return rlt_study.run_study(out, runs, tasks=("parity",), rows=("baseline",), seeds=(seed,), overrides=overrides,
-                               test_size=4, test_lengths={"parity": [32]}, progress=False, log=lambda m: None)
+    return run_study("rlt", out, runs, select={"task": ("parity",), "row": ("baseline",), "seed": (seed,)},
+                     overrides=overrides, test_size=4, test_lengths={"parity": [32]}, progress=False,
+                     log=lambda m: None)
 
 
 def test_a_second_budget_is_refused_and_the_first_is_recorded_and_reported(tmp_path):

@@ -7,7 +7,7 @@
     configs.py    config show (every key of a run config, explained)
     reasoning.py  think (seed 002)
     rlt.py        continue, lengths (seed 003)
-    reproduce.py  reproduce clw | drt | rlt (one sub-command per study)
+    reproduce.py  reproduce <study> (one sub-command per registered study: clw, drt, rlt and plugins')
     compare.py    compare (does looping pay on my data? rows at equal parameters / FLOPs)
     ecosystem.py  push (Hugging Face Hub), lm-eval (lm-evaluation-harness): the optional integrations
     bench         looped.bench.register_cli: bench train | decode | ddp | rlt | think | clw
@@ -21,7 +21,8 @@ import argparse
 
 from ..bench import register_cli as add_bench_commands
 from . import compare, configs, data, depth, ecosystem, reasoning, reproduce, rlt, run
-from .common import OneLineParser, run_command
+from ..config import ConfigError
+from .common import OneLineParser, describe, fail, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+    except ConfigError as err:  # a broken plugin (its studies are sub-commands): one line, like any user error
+        return fail(describe(err), 2)
+    try:
+        args = parser.parse_args(argv)
     except SystemExit as done:  # --help, or a usage error already reported in one line
         return done.code if isinstance(done.code, int) else int(done.code is not None)
     return run_command(args)

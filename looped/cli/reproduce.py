@@ -1,37 +1,96 @@
-"""`looped reproduce <study>`: one sub-command per paper's study; each study declares its own options.
+"""`looped reproduce <study>`: one sub-command per registered study, its options derived from the study's axes.
 
-    looped reproduce clw --scale cpu [--budget small|medium] [--seeds ...] [--rows ...] [--corpora ...]
-    looped reproduce drt --scale cpu [--tasks ...] [--archs ...] [--alphas ...]
-    looped reproduce rlt --scale cpu [--tasks ...] [--rows ...]
-    looped reproduce <study> ... --status | --stop-after MINUTES | --set KEY=VALUE
+    looped reproduce clw --scale cpu [--corpora ...] [--seeds ...] [--rows ...] [--budget small|medium]
+    looped reproduce drt --scale cpu [--tasks ...] [--archs ...] [--alphas ...] [--shortcuts-only]
+    looped reproduce rlt --scale cpu [--tasks ...] [--seeds ...] [--rows ...]
+    looped reproduce <study> ... --status | --report | --write-recipes | --stop-after MINUTES | --set KEY=VALUE
 
-A study module offers `add_reproduce_arguments(parser)` and `reproduce(args)`; a new paper is one more entry
-of STUDIES.
+Every axis of a study (looped.experiments.study.Axis) is one option taking several values; every Flag one more
+option. A study registered by a plugin gets its sub-command the same way.
 """
 
 from __future__ import annotations
 
-import importlib
+import argparse
+import math
+from pathlib import Path
+
+from ..experiments import study as engine
 
 
-# study name -> (module under looped.experiments, help)
-STUDIES = {
-    "clw": ("clw_study", "seed 000: the seven rows x corpora x seeds, held-out scores, rounds and early exit"),
-    "drt": ("drt_study", "seed 002: depth-recurrent core and baselines on graph / logic / family"),
-    "rlt": ("rlt_study", "seed 003: RLT rows on the algorithmic tasks, accuracy over the test-length grids"),
-}
+def positive_minutes(text: str) -> float:
+    """--stop-after's value: minutes > 0 (0, a negative number or NaN would start nothing, silently)."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (minutes > 0 and math.isfinite(minutes)):
+        raise argparse.ArgumentTypeError(f"expected minutes > 0, got {text!r}")
+    return minutes
 
 
-def study_module(name: str):
-    return importlib.import_module(f"looped.experiments.{STUDIES[name][0]}")
+def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -> None:
+    """The options every study shares, then one per axis and one per flag of `spec`."""
+    parser.add_argument("--scale", choices=list(spec.scales), default=spec.scales[0])
+    parser.add_argument("--out", help=f"results folder (default results/{spec.name}_<scale> of the repository)")
+    parser.add_argument("--runs", help="run folders (default runs/<results folder name> of the repository)")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--status", action="store_true",
+                        help="list the planned runs as done / failed / to do and exit (trains nothing)")
+    parser.add_argument("--report", action="store_true",
+                        help="rewrite the tables, plots and claims.md from the committed CSVs and exit (trains nothing)")
+    parser.add_argument("--write-recipes", action="store_true",
+                        help=f"write the study's recipes under configs/{spec.name}/ of the repository and exit")
+    parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",
+                        help="start no new run after this many minutes (the run in progress finishes)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
+    for axis in spec.axes:
+        known = axis.known_values("cpu")
+        default = " ".join(map(str, axis.defaults("cpu")))
+        text = f"{' '.join(map(str, known))} " if known and len(known) <= 24 else ""
+        parser.add_argument(f"--{axis.option}", nargs="+", metavar=axis.name.upper(),
+                            help=f"{text}(default: {default}){'; ' + axis.help if axis.help else ''}")
+    for flag in spec.flags:
+        name = f"--{flag.name.replace('_', '-')}"
+        if flag.choices:
+            parser.add_argument(name, choices=list(flag.choices), default=flag.default, help=flag.help)
+        else:
+            parser.add_argument(name, action="store_true", help=flag.help)
 
 
 def add_commands(sub) -> None:
-    """Add `reproduce` with one sub-command per study."""
+    """Add `reproduce` with one sub-command per registered study."""
+    names = engine.study_names()
     p = sub.add_parser("reproduce", help="run a paper's grid of runs (resumable) and write tables and plots")
-    studies = p.add_subparsers(dest="paper", required=True, metavar="{" + ",".join(STUDIES) + "}")
-    for name, (_, help_) in STUDIES.items():
-        module = study_module(name)
-        parser = studies.add_parser(name, help=help_, description=help_)
-        module.add_reproduce_arguments(parser)
-        parser.set_defaults(func=module.reproduce)
+    studies = p.add_subparsers(dest="paper", required=True, metavar="{" + ",".join(names) + "}")
+    for name in names:
+        spec = engine.get_study(name)
+        parser = studies.add_parser(name, help=spec.help, description=spec.help)
+        add_study_options(parser, spec)
+        parser.set_defaults(func=lambda args, spec=spec: reproduce(spec, args))
+
+
+def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
+    """Run the study (or list its status, rewrite its report, write its recipes); print its table."""
+    from ..config import parse_overrides
+    from ..experiments.results import repository_root, study_folders
+
+    if args.write_recipes:
+        root = (repository_root() or Path.cwd()) / "configs" / spec.name
+        print(f"wrote {len(engine.write_recipes(spec, root))} recipes under {root}")
+        return 0
+    select = engine.parse_select(spec, {axis.name: getattr(args, axis.option) for axis in spec.axes}, args.scale)
+    flags = {flag.name: getattr(args, flag.name) for flag in spec.flags}
+    out, runs = study_folders(args.out, args.runs, spec.folder_name(args.scale, flags))
+    if args.status:
+        print(engine.status(spec, out, runs, scale=args.scale, select=select, **flags), end="")
+        return 0
+    if args.report:
+        engine.build(spec, out, runs, scale=args.scale, **flags).report()
+        print((out / "claims.md").read_text() if (out / "claims.md").exists() else (out / "table.md").read_text())
+        return 0
+    engine.run_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
+                     progress=not args.no_progress, stop_after=args.stop_after, **flags)
+    print((out / "table.md").read_text())
+    return 0

@@ -10,7 +10,6 @@ comes from using more context; finished runs that lack it are scored again from 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from ..config import from_dict, merge
@@ -21,10 +20,11 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train.config import one_budget
 from . import clw
-from . import results as runner
 from .clw_claims import write_clw_claims
-from .results import (OVERRIDES, ResultTable, add_study_options, check_names, format_mean_sd, mean_sd,
-                      overrides_note, pending_runs, status_report, study_folders)
+from ..eval.stats import mean_sd
+from .report import cell, spread
+from .results import OVERRIDES, ResultTable, overrides_note
+from .study import Axis, Flag, Recipe, RunSummary, StudySpec, pending_runs, register_study
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status", "machine"]
@@ -53,26 +53,19 @@ def results_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "results.csv", COLUMNS, ["corpus", "row", "seed"], extra=(OVERRIDES,))
 
 
-def plan_runs(*, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS)) -> list[dict]:
-    """The study's runs in the order it trains them: corpus, then seed, then row."""
-    return [{"corpus": c, "seed": s, "row": r} for c in corpora for s in seeds for r in rows]
-
-
 class ClwStudy:
-    """Seed 000's study for the runner (results.run_study): every row x corpus x seed, held-out scores by
-    position, test-time rounds and the early-exit sweep of the looped rows."""
+    """Seed 000's study: every row x corpus x seed, held-out scores by position, test-time rounds and the
+    early-exit sweep of the looped rows."""
 
-    def __init__(self, out: Path, runs: Path, *, seeds=clw.SEEDS, corpora=clw.CORPORA, rows=tuple(clw.ROWS),
-                 overrides: dict | None = None, scale: str = "cpu", budget: str = "small"):
+    trains = True
+
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
+                 budget: str = "small"):
         self.out, self.runs, self.scale, self.budget, self.overrides = Path(out), Path(runs), scale, budget, overrides
-        self.selection = dict(seeds=seeds, corpora=corpora, rows=rows)
         self.results = results_table(self.out)
         self.by_rounds = ResultTable(self.out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
         self.exits = ResultTable(self.out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
         self.positions = positions_table(self.out)
-
-    def plan(self, log) -> list[dict]:
-        return plan_runs(**self.selection)
 
     def config(self, key: dict) -> RunConfig:
         return run_config(key["row"], key["corpus"], key["seed"], self.overrides, scale=self.scale,
@@ -81,45 +74,33 @@ class ClwStudy:
     def folder(self, key: dict) -> Path:
         return run_folder(self.runs, key)
 
-    def label(self, key: dict) -> str:
-        return f"clw cpu: {key['corpus']} / {key['row']} / seed {key['seed']}"
-
     def failure_key(self, key: dict, config: RunConfig) -> dict:
         return {**key, "arch": config.model.arch}
 
     def prepare(self, plan: list[dict], log) -> None:
         backfill_positions(plan, self.results, self.positions, self.runs, log)
 
-    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
+    def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         corpus, seed, row = key["corpus"], key["seed"], key["row"]
-        model, blocks, unit = heldout_model(folder, corpus)
+        model, blocks, unit = heldout_model(run.folder, corpus)
         score = evaluate_lm(model, blocks, batch_size=16, unit=unit, by_position=True)
         record_positions(self.positions, key, score["by_position"])
         counts = model.parameter_counts()
         self.results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
-                          "parameters": counts["total"], "targets": _targets(folder),
-                          "nll": f"{score['nll']:.6f}", "ppl": f"{score['ppl']:.6f}",
-                          "bits_per_byte": f"{score['bits_per_byte']:.6f}", "heldout_targets": score["targets"],
-                          "train_seconds": f"{seconds:.1f}", "updates": _updates(folder), "status": "ok"})
+                          "parameters": counts["total"], "targets": run.targets,
+                          "nll": cell(score["nll"]), "ppl": cell(score["ppl"]),
+                          "bits_per_byte": cell(score["bits_per_byte"]), "heldout_targets": score["targets"],
+                          "train_seconds": f"{run.seconds:.1f}", "updates": run.updates, "status": "ok"})
         if row in clw.LOOPED_ROWS:
             for rounds in TEST_ROUNDS:
                 r = evaluate_lm(model, blocks, batch_size=16, unit=unit, rounds=rounds)
                 self.by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
-                                    "nll": f"{r['nll']:.6f}", "bits_per_byte": f"{r['bits_per_byte']:.6f}"})
+                                    "nll": cell(r["nll"]), "bits_per_byte": cell(r["bits_per_byte"])})
             early_exit_sweep(model, blocks, unit, key, self.exits)
 
     def report(self) -> None:
         write_report(self.out, self.results, self.by_rounds, self.exits, self.positions,
                      scale=self.scale if self.scale == "cpu" else self.budget)
-
-
-def run_study(out: Path = Path("results/clw_cpu"), runs: Path = Path("runs/clw_cpu"), *, seeds=clw.SEEDS,
-              corpora=clw.CORPORA, rows=tuple(clw.ROWS), overrides: dict | None = None, progress: bool = True,
-              scale: str = "cpu", budget: str = "small", stop_after: float | None = None,
-              log=print) -> ResultTable:
-    study = ClwStudy(out, runs, seeds=seeds, corpora=corpora, rows=rows, overrides=overrides, scale=scale,
-                     budget=budget)
-    return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
 
 
 def heldout_model(folder: Path, corpus: str):
@@ -163,18 +144,6 @@ def early_exit_sweep(model, blocks, unit: str, key: dict, table: ResultTable) ->
                    "bits_per_byte": f"{r['bits_per_byte']:.6f}", "mean_rounds_used": f"{r['mean_rounds_used']:.4f}"})
 
 
-def _meta(folder: Path) -> dict:
-    return ckpt.trainer_meta(ckpt.run_checkpoint(folder))
-
-
-def _targets(folder: Path) -> int:
-    return _meta(folder)["targets"]
-
-
-def _updates(folder: Path) -> int:
-    return _meta(folder)["step"]
-
-
 # --- report -----------------------------------------------------------------------------------------------
 def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable,
                  positions: ResultTable, scale: str = "cpu") -> None:
@@ -212,7 +181,7 @@ def table_markdown(results: ResultTable, exits: ResultTable | None = None,
             bpb = _values(results, corpus, row, "bits_per_byte")
             ppl = _values(results, corpus, row, "ppl")
             paper = PAPER_SMALL_PPL.get((corpus, row))
-            cells += [format_mean_sd(bpb) if bpb else "–", format_mean_sd(ppl, 3) if ppl else "–",
+            cells += [spread(bpb, 4), spread(ppl, 3),
                       f"{paper:.4f}" if paper else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
@@ -379,35 +348,46 @@ def plot_early_exit(table: ResultTable, path: Path) -> None:
     per_corpus_figure(path, draw)
 
 
-# --- `looped reproduce clw` ---------------------------------------------------------------------------------
-def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `looped reproduce clw`: the shared study options, the budget, corpora and rows."""
-    add_study_options(parser, "clw")
-    parser.add_argument("--budget", choices=["small", "medium"], default="small", help="full scale only")
-    parser.add_argument("--corpora", nargs="+", help=f"default: {' '.join(clw.CORPORA)} (cpu), the official "
-                                                     "corpora (full)")
-    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(clw.ROWS)}")
+# --- the spec ------------------------------------------------------------------------------------------------
+def recipes():
+    """configs/clw/full/{small,medium}/<row>.yaml (the seed's recipe with solved widths), configs/clw/cpu/<row>.yaml
+    (small widths, a 2.05M-target budget) and the data sections under configs/clw/data/."""
+    for budget in clw.BUDGETS:
+        solved = clw.solve_budget(budget)
+        ws_total = solved["workspace"][1]
+        for row, (ffn_dim, total) in solved.items():
+            header = (f"# seed 000 {budget} budget, row {row}: {total:,} parameters "
+                      f"({total - ws_total:+,} vs workspace). Generated by `looped reproduce clw --write-recipes`.\n"
+                      f"# Add a data file: looped train configs/clw/full/{budget}/{row}.yaml configs/clw/data/enwik8.yaml\n")
+            yield Recipe(f"full/{budget}/{row}.yaml", header, {"model": clw.model_section(budget, row, ffn_dim),
+                                                               **clw.RECIPES[budget]})
+    for row, (ffn_dim, total) in clw.solve_budget("small").items():
+        header = (f"# CPU-scale seed 000 row {row} ({total:,} parameters): 500 updates x 8 x 512 targets.\n"
+                  f"# looped train configs/clw/cpu/{row}.yaml configs/clw/data/cpu_enwik8.yaml\n")
+        yield Recipe(f"cpu/{row}.yaml", header, {"model": clw.model_section("small", row, ffn_dim), **clw.CPU_RECIPE})
+    for name, data in [*(("cpu_" + k, v) for k, v in clw.CPU_DATA.items()), *clw.FULL_DATA.items()]:
+        yield Recipe(f"data/{name}.yaml", f"# data section for seed 000 runs ({name}); combine with a row config.\n",
+                     {"data": data})
 
 
-def reproduce(args: argparse.Namespace) -> int:
-    """`looped reproduce clw ...`: run the study (or list its status), print the table."""
-    from ..config import parse_overrides
+def _toy(tmp: Path) -> dict:
+    """Two rows on a generated text in seconds (the shared study drivers)."""
+    text = tmp / "toy_corpus.txt"
+    text.write_text("".join(f"line {i}: the quick brown fox {i % 7} jumps over the lazy dog.\n" for i in range(600)))
+    return {"select": {"corpus": ("enwik8",), "seed": (11,), "row": ("plain", "workspace")},
+            "overrides": {"model": {"dim": 32, "heads": 4, "ffn_dim": 32},
+                          "data": {"corpus": "raw", "path": str(text), "heldout_fraction": 0.2},
+                          "train": {"max_targets": 2 * 8 * 512, "threads": 1}},
+            "options": {}}
 
-    known_corpora = clw.CORPORA if args.scale == "cpu" else tuple(clw.FULL_DATA)
-    corpora = check_names("--corpora", args.corpora, known_corpora) or known_corpora
-    seeds, rows = args.seeds or clw.SEEDS, check_names("--rows", args.rows, tuple(clw.ROWS)) or tuple(clw.ROWS)
-    out, runs = study_folders(args.out, args.runs, f"clw_{args.scale}" if args.scale == "cpu" else f"clw_{args.budget}")
-    if args.status:
-        print(status_report(results_table(out), plan_runs(seeds=seeds, corpora=corpora, rows=rows),
-                            f"clw {args.scale}"), end="")
-        return 0
-    if args.report:
-        ClwStudy(out, runs, scale=args.scale, budget=args.budget).report()
-        print((out / "claims.md").read_text())
-        return 0
-    run_study(out, runs, seeds=seeds, corpora=corpora, rows=rows,
-              overrides=parse_overrides(args.set), progress=not args.no_progress, scale=args.scale,
-              budget=args.budget, stop_after=args.stop_after)
-    print((out / "table.md").read_text())
-    return 0
 
+register_study(StudySpec(
+    name="clw", help="seed 000: the seven rows x corpora x seeds, held-out scores, rounds and early exit",
+    axes=(Axis("corpus", "corpora", lambda scale: clw.CORPORA if scale == "cpu" else tuple(clw.FULL_DATA),
+               lambda scale: clw.CORPORA if scale == "cpu" else tuple(clw.FULL_DATA),
+               help="the corpus samples (cpu) or the official corpora (full)"),
+          Axis("seed", "seeds", clw.SEEDS, cell=int),
+          Axis("row", "rows", tuple(clw.ROWS), tuple(clw.ROWS))),
+    build=ClwStudy, recipes=recipes, toy=_toy,
+    flags=(Flag("budget", "full scale only: the seed's small or medium budget", ("small", "medium"), "small"),),
+    results_name=lambda scale, flags: f"clw_{scale}" if scale == "cpu" else f"clw_{flags['budget']}"))

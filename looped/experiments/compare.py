@@ -30,10 +30,10 @@ from ..models.ledger import model_ledger
 from ..train import load_model
 from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
-from . import results as runner
 from .compare_plan import DEPTH_FACTOR, FLOPS_ROW, PLAIN, CompareOptions, predicted_seconds, row_steps, run_config
 from .compare_report import write_report
 from .results import ResultTable
+from .study import RunSummary, execute
 
 COLUMNS = ["row", "arch", "seed", "parameters", "updates", "train_flops", "bits_per_byte", "best_step",
            "best_depth", "best_depth_bits_per_byte", "inference_flops_per_token", "decode_tokens_per_s",
@@ -52,7 +52,9 @@ def tables(out: Path) -> tuple[ResultTable, ResultTable, ResultTable]:
 
 
 class CompareStudy:
-    """The comparison for the shared runner (results.run_study); see the module docstring."""
+    """The comparison for the study engine (study.execute); see the module docstring."""
+
+    trains = True
 
     def __init__(self, out: Path, runs: Path, plan: dict, log=print):
         self.out, self.runs, self.spec, self.log = Path(out), Path(runs), plan, log  # spec: plan.json
@@ -63,9 +65,6 @@ class CompareStudy:
     def plan_runs(self) -> list[dict]:
         """Seed by seed, every row: a comparison stopped early still holds whole seeds."""
         return [{"row": row, "seed": seed} for seed in self.options.seed_list for row in self.options.rows]
-
-    def plan(self, log) -> list[dict]:
-        return self.plan_runs()
 
     def config(self, key: dict):
         return run_config(self.spec, key["row"], int(key["seed"]))
@@ -82,7 +81,8 @@ class CompareStudy:
     def prepare(self, plan: list[dict], log) -> None:
         self.clock.start()
 
-    def evaluate(self, key: dict, config, folder: Path, seconds: float, log) -> None:
+    def evaluate(self, key: dict, config, run: RunSummary, log) -> None:
+        folder, seconds = run.folder, run.seconds
         update_flops = self.spec["update_flops"][config.model.arch]
         curve = record_curve(self.curves, key, folder, update_flops)
         best = min(curve, key=lambda e: e["val_bits_per_byte"])
@@ -90,7 +90,7 @@ class CompareStudy:
         blocks = heldout_blocks(config)
         depth = depth_sweep(self.depths, key, model, blocks) if key["row"] not in (PLAIN, FLOPS_ROW) else None
         ledger = model_ledger(model, self.options.context)
-        updates = ckpt.trainer_meta(ckpt.run_checkpoint(folder, "last"))["step"]
+        updates = run.updates
         self.results.add({**key, "arch": config.model.arch, "parameters": model.parameter_counts()["total"],
                           "updates": updates, "train_flops": f"{updates * update_flops:.6g}",
                           "bits_per_byte": f"{best['val_bits_per_byte']:.6f}", "best_step": best["step"],
@@ -108,7 +108,8 @@ class CompareStudy:
 def run_compare(out: Path, runs: Path, plan: dict, *, progress: bool = True, stop_after: float | None = None,
                 log=print) -> ResultTable:
     """Train, score and report every run of the plan not yet in OUT/results.csv (module docstring)."""
-    return runner.run_study(CompareStudy(out, runs, plan, log), progress=progress, stop_after=stop_after, log=log)
+    study = CompareStudy(out, runs, plan, log)
+    return execute(study, study.plan_runs(), progress=progress, stop_after=stop_after, log=log)
 
 
 def heldout_blocks(config) -> torch.Tensor:

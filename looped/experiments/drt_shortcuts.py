@@ -14,6 +14,7 @@ from pathlib import Path
 from ..eval.shortcuts import FAMILY_CUES, family_shortcuts
 from ..train import reasoning as rtask
 from . import drt
+from .report import cell, figure
 from .results import ResultTable
 
 COLUMNS = ["task", "baseline", "trained_difficulties", "id_accuracy", "ood_accuracy", "by_difficulty", "train_rows",
@@ -38,20 +39,12 @@ def record(shortcuts: ResultTable, plan, test_rows, log=print) -> None:
         data_task, train, _ = rtask.training_data(config.task)
         trained = rtask.trained_difficulties(config.task)
         scores = family_shortcuts(train, test_rows(config.task), (min(trained), max(trained)), data_task.vocab)
-        shortcuts.add_many([{"task": task, "baseline": name, "id_accuracy": _fmt(s["id"]),
+        shortcuts.add_many([{"task": task, "baseline": name, "id_accuracy": cell(s["id"], 4),
                              "trained_difficulties": f"{min(trained)}-{max(trained)}",
-                             "ood_accuracy": _fmt(s["ood"]), "train_rows": s["train_rows"],
+                             "ood_accuracy": cell(s["ood"], 4), "train_rows": s["train_rows"],
                              "test_rows": s["test_rows"],
                              "by_difficulty": " ".join(f"{d}:{a:.4f}" for d, a in s["by_difficulty"].items())}
                             for name, s in scores.items()])
-
-
-def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"
-
-
-def _pct(text: str) -> str:
-    return f"{100 * float(text):.1f}" if text else "–"
 
 
 def _by_difficulty(text: str) -> dict[int, float]:
@@ -61,8 +54,8 @@ def _by_difficulty(text: str) -> dict[int, float]:
 
 def main_table_rows(shortcuts: ResultTable, columns: int) -> list[str]:
     """One row per baseline in the study's main table (task | "shortcut: <cue>" | – | ID | OOD | – ...)."""
-    return ["| " + " | ".join([r["task"], f"shortcut: {r['baseline']}", "–", _pct(r["id_accuracy"]),
-                               _pct(r["ood_accuracy"]), *["–"] * (columns - 5)]) + " |"
+    return ["| " + " | ".join([r["task"], f"shortcut: {r['baseline']}", "–", figure(r["id_accuracy"], 1, 100),
+                               figure(r["ood_accuracy"], 1, 100), *["–"] * (columns - 5)]) + " |"
             for r in shortcuts.rows]
 
 

@@ -20,14 +20,12 @@ alphas other than 0 apply to the graph task only.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
 
 import torch
 
-from ..config import ConfigError
 from ..data.tasks.base import task_class, task_options
 from ..io import atomic_write_text
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
@@ -35,13 +33,12 @@ from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
-from ..train.run_folder import read_metrics
-from . import drt, drt_shortcuts
+from . import drt, drt_shortcuts, report
 from .drt import run_name
-from . import results as runner
 from .drt_claims import write_drt_claims
-from .results import (OVERRIDES, ResultTable, add_study_options, check_names, format_mean_sd, overrides_note,
-                      status_report, study_folders)
+from .report import cell, column, percent
+from .study import Axis, Flag, Recipe, RunSummary, StudySpec, register_study
+from .results import OVERRIDES, ResultTable, overrides_note
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -85,10 +82,9 @@ class TestSets:
         return self._cache[key]
 
 
-def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | None, batch_size: int) -> dict:
+def evaluate_run(run: RunSummary, tests: TestSets, *, diagnostic_per_bucket: int | None, batch_size: int) -> dict:
     """Grid, ID/OOD, shortcut, gates and the depth-embedding diagnostic of one finished run."""
-    last = ckpt.run_checkpoint(folder)
-    model, config = load_model(last)
+    model, config = load_model(ckpt.run_checkpoint(run.folder))
     test = tests.get(config.task)
     grid = evaluate_grid(model, test, rtask.eval_steps(config.task), batch_size=batch_size)
     trained = rtask.trained_difficulties(config.task)
@@ -99,14 +95,13 @@ def evaluate_run(folder: Path, tests: TestSets, *, diagnostic_per_bucket: int | 
         diagnostic = depth_embedding_diagnostic(model, per_bucket_subset(test, diagnostic_per_bucket),
                                                 grid.budgets, hi, batch_size=batch_size)
         diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))
-    meta = ckpt.trainer_meta(last)
     ood = summary["ood_difficulties"]
     return {"config": config, "model": model, "grid": grid, "summary": summary, "trained_steps": (lo, hi),
             "trained_difficulties": (min(trained), max(trained)),
-            "diagnostic": diagnostic, "updates": meta["step"],
+            "diagnostic": diagnostic, "updates": run.updates,
             "step1": shortcut_accuracy(grid, 12) if config.task.name == "graph" else None,
             "ponder_ood": (sum(grid.ponder_steps[d] for d in ood) / len(ood)) if grid.ponder_steps and ood else None,
-            "val_accuracy": _last_val_accuracy(folder)}
+            "val_accuracy": run.last("val_accuracy")}
 
 
 def score_other_generator(model, config: RunConfig, tests: TestSets, batch_size: int, grid_path: Path) -> dict:
@@ -119,20 +114,7 @@ def score_other_generator(model, config: RunConfig, tests: TestSets, batch_size:
     grid.write_csv(grid_path)
     trained = rtask.trained_difficulties(config.task)
     cross = id_ood(grid, (min(trained), max(trained)))
-    return {"cross_id_accuracy": _fmt(cross["id"]), "cross_ood_accuracy": _fmt(cross["ood"])}
-
-
-def _last_val_accuracy(folder: Path) -> float | None:
-    path = folder / "metrics.jsonl"
-    if not path.exists():
-        return None
-    values = [e.get("val_accuracy") for e in read_metrics(path)]
-    values = [v for v in values if v is not None]
-    return values[-1] if values else None
-
-
-def _fmt(value, digits: int = 4) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
+    return {"cross_id_accuracy": cell(cross["id"], 4), "cross_ood_accuracy": cell(cross["ood"], 4)}
 
 
 def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets, batch_size: int, log) -> None:
@@ -151,36 +133,18 @@ def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets,
                                                     out / "grids" / f"{name}_cross.csv")})
 
 
-def plan_runs(*, scale: str = "cpu", tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,),
-              overrides: dict | None = None, groups=None, log=lambda message: None) -> list[tuple[dict, RunConfig]]:
-    """The study's runs in the order it trains them, each with its config: `groups` of (task, arch, alpha,
-    seeds) as given (drt.CPU_PLAN), else every (task, arch, alpha (graph only), seed). Pairs that do not exist
-    (the GNN on a sequence task) are left out, and logged."""
-    if groups is None:
-        groups = [(task, arch, alpha, seeds) for task in tasks for arch in archs
-                  for alpha in (alphas if task == "graph" else (0.0,))]
-    plan = []
-    for task, arch, alpha, group_seeds in groups:
-        for seed in group_seeds:
-            key = {"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}  # CSV text
-            try:
-                plan.append((key, drt.run_config(task, scale, arch, seed, float(alpha), overrides)))
-            except ConfigError as err:
-                log(f"== drt {scale}: {run_name(task, arch, float(alpha), seed)} skipped ({err})")
-    return plan
-
-
 class DrtStudy:
-    """Seed 002's study for the runner (results.run_study): every (task, arch, alpha, seed), each scored on
-    its test grid, by the other negative generator (graph), and by the depth-embedding diagnostic (the core)."""
+    """Seed 002's study: every (task, arch, alpha, seed), each scored on its test grid, by the other negative
+    generator (graph), and by the depth-embedding diagnostic (the core). With `shortcuts_only` it trains
+    nothing: the family recipes' shortcut baselines are scored, then the report is rewritten."""
 
-    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", tasks=drt.PAPER_TASKS, archs=("drt",),
-                 seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None, groups=None,
-                 diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256):
-        self.out, self.runs, self.scale = Path(out), Path(runs), scale
-        self.selection = dict(scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas, overrides=overrides,
-                              groups=groups)
-        self.overrides = overrides
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
+                 shortcuts_only: bool = False, diagnostic_per_bucket: int | None | str = "scale",
+                 eval_batch_size: int = 256):
+        self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides
+        self.trains = not shortcuts_only
+        if diagnostic_per_bucket == "scale":  # a sample of each test bucket at CPU scale, every row at full
+            diagnostic_per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if scale == "cpu" else None
         self.per_bucket, self.batch_size = diagnostic_per_bucket, eval_batch_size
         self.results = ResultTable(self.out / "results.csv", COLUMNS, KEY, extra=(OVERRIDES,))
         self.gates = ResultTable(self.out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
@@ -188,19 +152,16 @@ class DrtStudy:
         self.tests = TestSets()
         self.configs: dict[str, RunConfig] = {}
 
-    def plan(self, log) -> list[dict]:
-        plan = plan_runs(**self.selection, log=log)
-        self.configs = {self.folder(key).name: config for key, config in plan}
-        return [key for key, _ in plan]
-
     def config(self, key: dict) -> RunConfig:
-        return self.configs[self.folder(key).name]
+        """ConfigError for a pair that does not exist (the GNN on a sequence task): the engine skips it."""
+        name = self.folder(key).name
+        if name not in self.configs:
+            self.configs[name] = drt.run_config(key["task"], self.scale, key["arch"], int(key["seed"]),
+                                                float(key["alpha"]), self.overrides)
+        return self.configs[name]
 
     def folder(self, key: dict) -> Path:
         return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
-
-    def label(self, key: dict) -> str:
-        return f"drt {self.scale}: {self.folder(key).name}"
 
     def failure_key(self, key: dict, config: RunConfig) -> dict:
         return key
@@ -214,9 +175,9 @@ class DrtStudy:
         drt_shortcuts.record(drt_shortcuts.table(self.out), [(key, self.config(key)) for key in plan],
                              self.tests.get, log)
 
-    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
-        name = folder.name
-        r = evaluate_run(folder, self.tests, diagnostic_per_bucket=self.per_bucket, batch_size=self.batch_size)
+    def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
+        name = run.folder.name
+        r = evaluate_run(run, self.tests, diagnostic_per_bucket=self.per_bucket, batch_size=self.batch_size)
         r["grid"].write_csv(self.out / "grids" / f"{name}.csv")
         cross = score_other_generator(r["model"], r["config"], self.tests, self.batch_size,
                                       self.out / "grids" / f"{name}_cross.csv")
@@ -228,7 +189,7 @@ class DrtStudy:
                                       "change": f"{entry['change']:.6f}",
                                       "budgets": " ".join(map(str, r["diagnostic"]["budgets"])),
                                       "rows": r["diagnostic"]["rows"]})
-        self.results.add(result_row(key, r, seconds, cross))
+        self.results.add(result_row(key, r, run.seconds, cross))
 
     def report(self) -> None:
         write_report(self.out, self.results, self.gates, self.scale)
@@ -241,36 +202,20 @@ def result_row(key: dict, r: dict, seconds: float, cross: dict) -> dict:
             "updates": r["updates"], "train_seconds": f"{seconds:.1f}",
             "trained_difficulties": "{}-{}".format(*r["trained_difficulties"]),
             "trained_steps": "{}-{}".format(*r["trained_steps"]),
-            "id_accuracy": _fmt(summary["id"]), "ood_accuracy": _fmt(summary["ood"]),
-            "step1_12hop": _fmt(r["step1"]),
+            "id_accuracy": cell(summary["id"], 4), "ood_accuracy": cell(summary["ood"], 4),
+            "step1_12hop": cell(r["step1"], 4),
             "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
                                            for d, a in summary["best"].items()),
-            "val_accuracy": _fmt(r["val_accuracy"]),
-            "diagnostic_max_change": _fmt((r["diagnostic"] or {}).get("max_abs_change")),
-            "mean_ponder_ood": _fmt(r["ponder_ood"], 3), **cross, "status": "ok"}
-
-
-def run_study(out: Path = Path("results/drt_cpu"), runs: Path = Path("runs/drt_cpu"), *, scale: str = "cpu",
-              tasks=drt.PAPER_TASKS, archs=("drt",), seeds=drt.SEEDS, alphas=(0.0,), overrides: dict | None = None,
-              groups=None, diagnostic_per_bucket: int | None = drt.CPU_DIAGNOSTIC_PER_BUCKET, eval_batch_size: int = 256,
-              progress: bool = True, stop_after: float | None = None, shortcuts_only: bool = False,
-              log=print) -> ResultTable:
-    """Train, evaluate and report every (task, arch, alpha, seed) run not yet in out/results.csv (with
-    `shortcuts_only`: only the family recipes' shortcut baselines, then the report; nothing is trained)."""
-    study = DrtStudy(out, runs, scale=scale, tasks=tasks, archs=archs, seeds=seeds, alphas=alphas,
-                     overrides=overrides, groups=groups, diagnostic_per_bucket=diagnostic_per_bucket, eval_batch_size=eval_batch_size)
-    if shortcuts_only:
-        study.record_shortcuts(study.plan(log), log)
-        study.report()
-        return study.results
-    return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
+            "val_accuracy": cell(r["val_accuracy"], 4),
+            "diagnostic_max_change": cell((r["diagnostic"] or {}).get("max_abs_change"), 4),
+            "mean_ponder_ood": cell(r["ponder_ood"], 3), **cross, "status": "ok"}
 
 
 # --- report -----------------------------------------------------------------------------------------------
 
 
 def _ok(results: ResultTable, **key) -> list[dict]:
-    return [r for r in results.rows if r.get("status") == "ok" and all(str(r[k]) == str(v) for k, v in key.items())]
+    return report.finished(results.rows, **key)
 
 
 def _groups(results: ResultTable) -> list[tuple[str, str, str]]:
@@ -280,16 +225,6 @@ def _groups(results: ResultTable) -> list[tuple[str, str, str]]:
         if group not in seen:
             seen.append(group)
     return seen
-
-
-def _pct(rows: list[dict], column: str) -> str:
-    values = [100 * float(r[column]) for r in rows if r.get(column) not in (None, "")]
-    return format_mean_sd(values, 1) if values else "–"
-
-
-def _mean(rows: list[dict], column: str, digits: int) -> str:
-    values = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
-    return format_mean_sd(values, digits) if values else "–"
 
 
 def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None) -> str:
@@ -308,10 +243,10 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
         paper = drt.PAPER.get((arch, task)) if float(alpha) == 0 else None
         params = sorted({int(r["parameters"]) for r in rows})
         lines.append("| " + " | ".join([
-            task, arch, alpha, _pct(rows, "id_accuracy") + (" (some runs failed)" if failed else ""),
-            _pct(rows, "ood_accuracy"), f"{paper[0]} / {paper[1]}" if paper else "–",
-            _pct(rows, "step1_12hop") if drt.TASKS.get(task) == "graph" else "–",
-            _pct(rows, "diagnostic_max_change"), _mean(rows, "mean_ponder_ood", 2),
+            task, arch, alpha, percent(column(rows, "id_accuracy")) + (" (some runs failed)" if failed else ""),
+            percent(column(rows, "ood_accuracy")), f"{paper[0]} / {paper[1]}" if paper else "–",
+            percent(column(rows, "step1_12hop")) if drt.TASKS.get(task) == "graph" else "–",
+            percent(column(rows, "diagnostic_max_change")), report.spread(column(rows, "mean_ponder_ood"), 2),
             ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
     if shortcuts is not None:
         lines += drt_shortcuts.main_table_rows(shortcuts, columns=10)
@@ -324,8 +259,8 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
         for _, arch, alpha in sweep:
             rows = _ok(results, task="graph", arch=arch, alpha=alpha)
             ten = [100 * _best_at(r, 10) for r in rows if _best_at(r, 10) is not None]
-            lines.append(f"| {arch} | {alpha} | {_pct(rows, 'step1_12hop')} | {_pct(rows, 'ood_accuracy')} | "
-                         f"{format_mean_sd(ten, 1) if ten else '–'} |")
+            lines.append(f"| {arch} | {alpha} | {percent(column(rows, 'step1_12hop'))} | {percent(column(rows, 'ood_accuracy'))} | "
+                         f"{report.spread(ten, 1)} |")
         lines.append("")
         lines.append("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with "
                      "per-step supervision; alpha = 0.1 already loses 10-hop paths.")
@@ -345,8 +280,8 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
                   "| hard negatives OOD |", "|---|---|---:|---:|---:|---:|---:|"]
         for task, arch, alpha in crossed:
             rows = [r for r in _ok(results, task=task, arch=arch, alpha=alpha) if r.get("cross_id_accuracy")]
-            own = [_pct(rows, "id_accuracy"), _pct(rows, "ood_accuracy")]
-            other = [_pct(rows, "cross_id_accuracy"), _pct(rows, "cross_ood_accuracy")]
+            own = [percent(column(rows, "id_accuracy")), percent(column(rows, "ood_accuracy"))]
+            other = [percent(column(rows, "cross_id_accuracy")), percent(column(rows, "cross_ood_accuracy"))]
             trained_hard = task_options(task).get("hard_negatives", False)
             paper, hard = (other, own) if trained_hard else (own, other)
             lines.append(f"| {'hard' if trained_hard else 'paper'} negatives | {arch} | {alpha} | "
@@ -438,54 +373,65 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         plot_gate_means(panels, out / "gates.png", trained)
 
 
-# --- command line -----------------------------------------------------------------------------------------
+# --- the spec ------------------------------------------------------------------------------------------------
+def recipes():
+    """configs/drt/{full,cpu}/<recipe>.yaml for every recipe in drt.TASKS."""
+    from ..models import build_model
+
+    for scale in ("full", "cpu"):
+        for task in drt.TASKS:
+            params = build_model(drt.run_config(task, scale).model).parameter_counts()["total"]
+            header = (f"# {drt.describe(task, scale)}; {params:,} parameters.\n"
+                      f"# train.max_targets counts rows (one label per row): epochs x training rows.\n"
+                      f"# Generated by `looped reproduce drt --write-recipes`. "
+                      f"Run: looped train configs/drt/{scale}/{task}.yaml --out runs/...\n")
+            yield Recipe(f"{scale}/{task}.yaml", header, drt.recipe(task, scale))
 
 
-def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `looped reproduce drt`: the shared study options, then the recipes, architectures and
-    intermediate-supervision weights."""
-    add_study_options(parser, "drt")
-    parser.description = (f"{parser.description or ''} With none of --tasks / --archs / --alphas / --seeds, "
-                          "--scale cpu runs the whole CPU plan (drt.CPU_PLAN: the core on the three tasks, "
-                          "drt_tied and the core on 5 graph seeds, every baseline and the alpha sweep on 3).")
-    parser.add_argument("--tasks", nargs="+", help=f"{' '.join(drt.TASKS)} (default: the paper's "
-                                                   f"{' '.join(drt.PAPER_TASKS)}, or the CPU plan)")
-    parser.add_argument("--archs", nargs="+", help="reasoning architectures (default: drt; also drt_tied ut_act "
-                                                   "fixed_transformer gnn)")
-    parser.add_argument("--shortcuts-only", action="store_true",
-                        help="only fit and score the shortcut baselines of the selected family recipes and rewrite "
-                             "the report (no training)")
-    parser.add_argument("--alphas", nargs="+", type=float, help="intermediate-supervision weights, graph only (the "
-                                                                "paper's sweep: " + " ".join(map(str, ALPHA_SWEEP)) + ")")
+def alpha_cell(text: str) -> str:
+    """An intermediate-supervision weight as results.csv keys it ("1" -> "1.0"); it lies in [0, 1]."""
+    alpha = float(text)
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"intermediate-supervision weights lie in [0, 1], got {text}")
+    return str(alpha)
 
 
-def reproduce(args: argparse.Namespace) -> int:
-    """`looped reproduce drt ...`: run the study, print the table."""
-    from ..config import parse_overrides
+def _cpu_plan(scale: str) -> list[dict] | None:
+    """drt.CPU_PLAN's groups as run keys (cpu); None at full scale (the axes' defaults: the paper's tasks)."""
+    if scale != "cpu":
+        return None
+    return [{"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}
+            for task, arch, alpha, seeds in drt.CPU_PLAN for seed in seeds]
+
+
+def _reasoning_archs(scale: str) -> tuple[str, ...]:
     from ..models import arch_names
 
-    tasks = check_names("--tasks", args.tasks, tuple(drt.TASKS), {"boolean": "logic"}) \
-        or drt.PAPER_TASKS
-    archs = check_names("--archs", args.archs, tuple(arch_names())) or ("drt",)
-    alphas = args.alphas or (0.0,)
-    if not all(0 <= alpha <= 1 for alpha in alphas):
-        raise ValueError(f"--alphas: intermediate-supervision weights lie in [0, 1], got {list(alphas)}")
-    out, runs = study_folders(args.out, args.runs, f"drt_{args.scale}")
-    selection = dict(scale=args.scale, tasks=tuple(tasks), archs=tuple(archs), seeds=tuple(args.seeds or drt.SEEDS),
-                     alphas=tuple(alphas), overrides=parse_overrides(args.set))
-    chosen = args.tasks or args.archs or args.alphas or args.seeds
-    if args.scale == "cpu" and not chosen:  # the whole CPU plan: every claim's rows with matched seeds
-        selection["groups"] = drt.CPU_PLAN
-    if args.status:
-        plan = [key for key, _ in plan_runs(**selection)]
-        print(status_report(ResultTable(out / "results.csv", COLUMNS, KEY), plan, f"drt {args.scale}"), end="")
-        return 0
-    if args.report:
-        DrtStudy(out, runs, scale=args.scale).report()
-        print((out / "claims.md").read_text())
-        return 0
-    per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if args.scale == "cpu" else None
-    run_study(out, runs, **selection, progress=not args.no_progress,
-              stop_after=args.stop_after, diagnostic_per_bucket=per_bucket, shortcuts_only=args.shortcuts_only)
-    print((out / "table.md").read_text())
-    return 0
+    return tuple(arch_names("reasoning"))
+
+
+def _toy(tmp: Path) -> dict:
+    """The core on a few tiny graphs in seconds (the shared study drivers)."""
+    return {"select": {"task": ("graph",), "arch": ("drt",), "seed": (42,)},
+            "overrides": {"model": {"dim": 16, "heads": 2, "ffn_dim": 32},
+                          "task": {"train_size": 128, "val_size": 16, "test_per_bucket": 8,
+                                   "test_difficulties": [1, 2, 6, 12], "eval_steps": [1, 2, 8, 12]},
+                          "train": {"max_targets": 128, "eval_every": 0}},
+            "options": {"diagnostic_per_bucket": 4}}
+
+
+register_study(StudySpec(
+    name="drt", help="seed 002: depth-recurrent core and baselines on graph / logic / family",
+    axes=(Axis("task", "tasks", drt.PAPER_TASKS, tuple(drt.TASKS), aliases={"boolean": "logic"},
+               help="with none of --tasks / --archs / --alphas / --seeds, --scale cpu runs the whole CPU plan "
+                    "(drt.CPU_PLAN: the core on the three tasks, drt_tied and the core on 5 graph seeds, every "
+                    "baseline and the alpha sweep on 3)"),
+          Axis("arch", "archs", ("drt",), _reasoning_archs, help="also drt_tied ut_act fixed_transformer gnn"),
+          Axis("alpha", "alphas", ("0.0",), cell=alpha_cell,
+               help="intermediate-supervision weights, graph only (the paper's sweep: "
+                    + " ".join(map(str, ALPHA_SWEEP)) + ")"),
+          Axis("seed", "seeds", drt.SEEDS, cell=int)),
+    build=DrtStudy, recipes=recipes, default_plan=_cpu_plan, toy=_toy,
+    flags=(Flag("shortcuts_only", "only fit and score the shortcut baselines of the selected family recipes and "
+                                  "rewrite the report (no training)"),),
+    keep=lambda key, scale: float(key["alpha"]) == 0 or key["task"] == "graph"))

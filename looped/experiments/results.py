@@ -1,10 +1,5 @@
-"""The study runner and what it stands on: an append-only CSV keyed by run, claiming, failure records.
-
-A paper's study is one file that implements `Study` (its plan, each run's evaluation, its report); `run_study`
-owns everything else: which runs are left, claiming each one, training or resuming it, recording a failure as a
-row, and rewriting the report after every run.
-
-    results = run_study(MyStudy(out, runs, ...), progress=True, stop_after=120)
+"""What a study's results stand on: an append-only CSV keyed by run (`ResultTable`), file locks, the machine a
+row ran on, and the --set overrides every row records (the engine that plans and trains is looped.experiments.study).
 
 Several `looped reproduce` processes may work on one study at once (two GPUs, two terminals): each run is
 claimed with an exclusive lock before it starts, so no two processes train the same run, and every CSV
@@ -16,21 +11,14 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import re
-import time
 from pathlib import Path
-from typing import Protocol
 
 try:
     import fcntl
 except ImportError:  # not POSIX: one process per study (no locking)
     fcntl = None
 
-from ..eval.stats import format_mean_sd, mean_sd  # noqa: F401  (the studies import them from here)
 from ..io import atomic_write_text
-from ..train import Trainer, TrainingError
-from ..train.trainer import TrainingInterrupted
-from ..train import checkpoint as ckpt
 
 
 OVERRIDES = "overrides"  # the column recording a run's --set keys ("" = the recipe as it is)
@@ -172,133 +160,6 @@ def run_label(key: dict) -> str:
     return " / ".join(str(v) for v in key.values())
 
 
-def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
-    """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
-    run starts (the one in progress finishes), so a study fits a machine booking without losing a run
-    half-way. `plan` is a list of run keys. Each run is claimed (a lock held until the caller asks for the
-    next one): a run another process has claimed is skipped, not trained twice."""
-    deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
-    for key in plan:
-        if results.has(**key):
-            continue
-        if deadline is not None and time.monotonic() > deadline:
-            results.reload()
-            left = sum(not results.has(**k) for k in plan)
-            log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
-            return
-        name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join(f"{k}={v}" for k, v in key.items()))
-        claim = results.path.parent / ".claims" / f"{name}.lock"
-        with exclusive_lock(claim, wait=False) as mine:
-            if not mine:
-                log(f"skipping {run_label(key)}: another process is running it")
-                continue
-            results.reload()  # finished by another process while this one worked on earlier runs?
-            if results.has(**key):
-                continue
-            yield key
-
-
-def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
-    """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
-    order the study would run them, and the counts."""
-    lines, counts = [], {"done": 0, "failed": 0, "to do": 0}
-    for key in plan:
-        match = results.find(**key)
-        status = match.get("status", "ok") if match else ""
-        state = "to do" if match is None else ("done" if status == "ok" else "failed")
-        counts[state] += 1
-        label = run_label(key)
-        lines.append(f"  {state:6s} {label}" + (f"  ({status})" if state == "failed" else ""))
-    head = f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do ({results.path})"
-    return "\n".join([head, *lines]) + "\n"
-
-
-def train_one(config, folder: Path, progress: bool, log) -> float:
-    """Train (or resume) one run to its budget; seconds spent here (0 when it was already finished)."""
-    if ckpt.run_finished(folder):
-        return 0.0
-    start = time.perf_counter()
-    Trainer(config, folder, resume="auto", progress=progress, log=log).run()
-    return time.perf_counter() - start
-
-
-def train_or_record_failure(results: ResultTable, key: dict, config, folder: Path, progress: bool,
-                            log) -> float | None:
-    """train_one; when training cannot go on (a non-finite loss ...) the run becomes a `failed: ...` line in
-    `results` (recorded, not hidden: the table shows it) and None is returned."""
-    try:
-        return train_one(config, folder, progress, log)
-    except TrainingInterrupted:  # Ctrl-C: the run is checkpointed, not failed; the study stops here
-        raise
-    except TrainingError as err:
-        log(f"run failed: {err}")
-        results.add({**key, "status": f"failed: {str(err).splitlines()[0]}"})
-        return None
-
-
-def positive_minutes(text: str) -> float:
-    """--stop-after's value: minutes > 0 (0, a negative number or NaN would start nothing, silently)."""
-    import argparse
-    import math
-
-    try:
-        minutes = float(text)
-    except ValueError:
-        minutes = math.nan
-    if not (minutes > 0 and math.isfinite(minutes)):
-        raise argparse.ArgumentTypeError(f"expected minutes > 0, got {text!r}")
-    return minutes
-
-
-def add_study_options(parser, paper: str) -> None:
-    """The options every `looped reproduce <paper>` shares; a study adds its own after these."""
-    parser.add_argument("--scale", choices=["cpu", "full"], default="cpu")
-    parser.add_argument("--seeds", type=int, nargs="+")
-    parser.add_argument("--out", help=f"results folder (default results/{paper}_<scale> of the repository)")
-    parser.add_argument("--runs", help="run folders (default runs/<results folder name> of the repository)")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--status", action="store_true",
-                        help="list the planned runs as done / failed / to do and exit (trains nothing)")
-    parser.add_argument("--report", action="store_true",
-                        help="rewrite the tables, plots and claims.md from the committed CSVs and exit (trains nothing)")
-    parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",
-                        help="start no new run after this many minutes (the run in progress finishes)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
-
-
-# --- the runner -----------------------------------------------------------------------------------------------
-class Study(Protocol):
-    """One paper's grid of runs. `results` is the table whose rows mark runs done (or failed)."""
-
-    results: ResultTable
-    overrides: dict | None  # the --set keys of every run (recorded in each row of `results`)
-
-    def plan(self, log) -> list[dict]:
-        """The key of every run, in the order they are trained."""
-
-    def config(self, key: dict):
-        """The RunConfig of the run of `key`."""
-
-    def folder(self, key: dict) -> Path:
-        """Where the run of `key` trains (and resumes)."""
-
-    def label(self, key: dict) -> str:
-        """How the log names a run."""
-
-    def failure_key(self, key: dict, config) -> dict:
-        """The columns a `failed: ...` row of this run carries besides its status."""
-
-    def prepare(self, plan: list[dict], log) -> None:
-        """Work owed by runs finished earlier (scores added to the study after they ran); may do nothing."""
-
-    def evaluate(self, key: dict, config, folder: Path, seconds: float, log) -> None:
-        """Score a finished run and add its rows (results last: a row there marks the run done)."""
-
-    def report(self) -> None:
-        """Rewrite tables and plots from the CSVs (rows of other processes included)."""
-
-
 # --set keys that change how a run is executed or logged, not what it computes: left out of a row's overrides
 NEUTRAL_KEYS = frozenset(f"train.{k}" for k in ("threads", "device", "log_every", "tensorboard", "wandb",
                                                  "eval_batch_size", "checkpoint_every", "parallel"))
@@ -333,25 +194,3 @@ def overrides_note(rows: list[dict]) -> list[str]:
     used = sorted({row.get(OVERRIDES) or "" for row in rows} - {""})
     return [f"**Not the recipe**: these runs were trained with --set {'; '.join(used)} (the budgets and "
             f"settings stated here are the recipe's).", ""] if used else []
-
-
-def run_study(study: Study, *, progress: bool = True, stop_after: float | None = None, log=print) -> ResultTable:
-    """Train, evaluate and report every planned run of `study` not yet in its results (see the module docstring).
-    Rows record the study's --set overrides; a run whose table holds rows of other settings is refused (a call
-    with nothing left to train only rewrites the report)."""
-    overrides = overrides_text(getattr(study, "overrides", None))
-    study.results.stamp = {OVERRIDES: overrides}
-    plan = study.plan(log)
-    study.prepare(plan, log)
-    for key in pending_runs(plan, study.results, stop_after=stop_after, log=log):
-        check_same_settings(study.results, overrides)
-        log(f"== {study.label(key)}")
-        config, folder = study.config(key), study.folder(key)
-        seconds = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress,
-                                          log)
-        if seconds is not None:
-            study.evaluate(key, config, folder, seconds, log)
-            study.report()
-    study.report()
-    return study.results
-

@@ -13,23 +13,21 @@ paper's recipe in the header) and <task>.png / feedback.png (accuracy vs test le
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
-from ..config import from_dict, merge, parse_overrides
+from ..config import from_dict, merge
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
 from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from ..train.config import one_budget
-from ..train.run_folder import read_metrics
-from . import rlt
-from . import results as runner
+from . import report, rlt
+from .report import cell
+from .results import OVERRIDES, ResultTable, overrides_note
 from .rlt_claims import write_rlt_claims
-from .results import (OVERRIDES, ResultTable, add_study_options, check_names, format_mean_sd, overrides_note,
-                      status_report, study_folders)
+from .study import Axis, Recipe, RunSummary, StudySpec, register_study
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -47,29 +45,23 @@ def results_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"], extra=(OVERRIDES,))
 
 
-def plan_runs(*, seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.PLAN_ROWS) -> list[dict]:
-    """The study's runs in the order it trains them: task, then seed, then row. The decoder-depth rows run on
-    rlt.DEPTH_TASKS only."""
-    return [{"task": t, "seed": s, "row": r} for t in tasks for s in seeds for r in rows
-            if r not in rlt.DEPTH_ROWS or t in rlt.DEPTH_TASKS]
-
-
 class RltStudy:
-    """Seed 003's study for the runner (results.run_study): every (task, seed, row), each scored over its
-    task's test-length grid from the best checkpoint (and with shuffled feedback where it has a register)."""
+    """Seed 003's study: every (task, seed, row), each scored over its task's test-length grid from the best
+    checkpoint (and with shuffled feedback where it has a register).
 
-    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS,
-                 rows=rlt.PLAN_ROWS, overrides: dict | None = None, test_size: int | None = None,
-                 test_lengths: dict[str, list[int]] | None = None, eval_batch_size: int = 256):
+    test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
+    to shorten a grid (None: the full grid)."""
+
+    trains = True
+
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
+                 test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
+                 eval_batch_size: int = 256):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides
-        self.selection = dict(seeds=seeds, tasks=tasks, rows=rows)
         self.test_size, self.test_lengths, self.batch_size = test_size, test_lengths, eval_batch_size
         self.results = results_table(self.out)
         self.lengths = ResultTable(self.out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
         self.test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
-
-    def plan(self, log) -> list[dict]:
-        return plan_runs(**self.selection)
 
     def config(self, key: dict) -> RunConfig:
         return run_config(key["task"], key["row"], key["seed"], self.overrides, scale=self.scale)
@@ -77,33 +69,29 @@ class RltStudy:
     def folder(self, key: dict) -> Path:
         return self.runs / key["task"] / key["row"] / f"seed{key['seed']}"
 
-    def label(self, key: dict) -> str:
-        return f"rlt {self.scale}: {key['task']} / {key['row']} / seed {key['seed']}"
-
     def failure_key(self, key: dict, config: RunConfig) -> dict:
         return {**key, "arch": config.model.arch}
 
     def prepare(self, plan: list[dict], log) -> None:
         pass  # every score of a run is taken right after it trains
 
-    def evaluate(self, key: dict, config: RunConfig, folder: Path, seconds: float, log) -> None:
+    def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         task, seed, row = key["task"], key["seed"], key["row"]
         start = time.perf_counter()
-        model, config = load_model(ckpt.run_checkpoint(folder, "best"))
+        model, config = load_model(ckpt.run_checkpoint(run.folder, "best"))
         has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
                                    lengths=(self.test_lengths or {}).get(task), n=self.test_size,
                                    batch_size=self.batch_size, cache=self.test_cache, log=log,
                                    shuffled_metric=primary_metric(task) if has_feedback else None)
         for record in records:
-            self.lengths.add({"task": task, "row": row, "seed": seed, **{k: _fmt(v) for k, v in record.items()}})
-        meta, best = _trainer_meta(folder), _best_validation(folder)
-        updates = meta["step"]
+            self.lengths.add({"task": task, "row": row, "seed": seed, **{k: cell(v) for k, v in record.items()}})
+        best, seconds, updates = run.best_validation, run.seconds, run.updates
         self.results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
                           "parameters": model.parameter_counts()["total"], "updates": updates,
-                          "best_step": meta["best_step"], "val_loss": _fmt(best.get("val_loss")),
-                          "val_final_state_accuracy": _fmt(best.get("val_final_state_accuracy")),
-                          "val_prefix_token_accuracy": _fmt(best.get("val_prefix_token_accuracy")),
+                          "best_step": run.best_step, "val_loss": cell(best.get("val_loss")),
+                          "val_final_state_accuracy": cell(best.get("val_final_state_accuracy")),
+                          "val_prefix_token_accuracy": cell(best.get("val_prefix_token_accuracy")),
                           "train_seconds": f"{seconds:.1f}",
                           "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
                           "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
@@ -112,52 +100,14 @@ class RltStudy:
         write_report(self.out, self.results, self.lengths, self.scale)
 
 
-def run_study(out: Path = Path("results/rlt_cpu"), runs: Path = Path("runs/rlt_cpu"), *, scale: str = "cpu",
-              seeds=rlt.SEEDS, tasks=rlt.STUDY_TASKS, rows=rlt.PLAN_ROWS, overrides: dict | None = None,
-              test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
-              eval_batch_size: int = 256, progress: bool = True, stop_after: float | None = None,
-              log=print) -> ResultTable:
-    """Train and evaluate every (task, seed, row) not yet in <out>/results.csv; rewrite the report after each.
-
-    test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
-    to shorten a grid (None: the full grid)."""
-    study = RltStudy(out, runs, scale=scale, seeds=seeds, tasks=tasks, rows=rows, overrides=overrides,
-                     test_size=test_size, test_lengths=test_lengths, eval_batch_size=eval_batch_size)
-    return runner.run_study(study, progress=progress, stop_after=stop_after, log=log)
-
-
 def primary_metric(task: str) -> str:
     """The headline metric of a task (Appendix J.4): answer tokens for addition, the final state otherwise."""
     return rlt.PRIMARY_METRIC.get(task, "final_state_accuracy")
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return ""
-    return f"{value:.6f}" if isinstance(value, float) else str(value)
-
-
-def _trainer_meta(folder: Path) -> dict:
-    return ckpt.trainer_meta(ckpt.run_checkpoint(folder))
-
-
-def _best_validation(folder: Path) -> dict:
-    """The validation record of the selected (best) checkpoint, from metrics.jsonl."""
-    best_step = _trainer_meta(folder)["best_step"]
-    path = folder / "metrics.jsonl"
-    for event in read_metrics(path) if path.exists() else []:
-        if event["step"] == best_step and "val_loss" in event:
-            return event
-    return {}
-
-
 # --- report -------------------------------------------------------------------------------------------------
-def _ok(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("status", "ok") == "ok"]
-
-
 def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> str:
-    finished = _ok(results.rows)
+    finished = report.finished(results.rows)
     tasks = list(dict.fromkeys(r["task"] for r in results.rows))
     rows = list(dict.fromkeys(r["row"] for r in results.rows))
     title = "CPU scale" if scale == "cpu" else "the paper's recipe"
@@ -189,40 +139,27 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
             val_column = f"val_{metric}"
             cells = [label + (f" ({len(failed)} failed)" if failed else ""),
                      ", ".join(sorted({f"{int(r['parameters']):,}" for r in runs})) or "–",
-                     format_mean_sd([float(r["seconds_per_update"]) for r in runs if r["seconds_per_update"]], 2)
-                     if any(r["seconds_per_update"] for r in runs) else "–",
-                     _minutes([r["train_seconds"] for r in runs]),
+                     report.spread([r["seconds_per_update"] for r in runs], 2),
+                     report.median_minutes(r["train_seconds"] for r in runs),
                      ", ".join(str(r["best_step"]) for r in runs) or "–",
-                     _pct([r[val_column] for r in runs if r[val_column]])]
+                     report.percent([r[val_column] for r in runs], 2)]
             for n in shown:
                 values = [r[metric] for r in lengths.rows if r["task"] == task and r["row"] == row
                           and int(r["length"]) == n and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
-                cells += [_pct(values), _paper(task, row, n, metric)]
+                cells += [report.percent(values, 2), _paper(task, row, n, metric)]
             shuffled = [r.get("shuffled_feedback_accuracy") for r in lengths.rows if r["task"] == task
                         and r["row"] == row and int(r["length"]) == ablated
                         and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
-            cells.append(_pct(shuffled))
+            cells.append(report.percent(shuffled, 2))
             lines.append("| " + " | ".join(cells) + " |")
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
-            prefix = {row: _pct([r["prefix_token_accuracy"] for r in lengths.rows
-                                 if r["task"] == task and r["row"] == row and int(r["length"]) == 512]) for row in rows}
+            prefix = {row: report.percent([r["prefix_token_accuracy"] for r in lengths.rows
+                                         if r["task"] == task and r["row"] == row and int(r["length"]) == 512], 2)
+                      for row in rows}
             lines += ["", "Prefix-token accuracy at 512 (paper: RLT-1 4+4 91.16 ± 6.09, Transformer 8 9.33 ± 0.11): "
                       + ", ".join(f"{rlt.row_label(row, scale)} {value}" for row, value in prefix.items())]
         lines.append("")
     return "\n".join(lines) + "\n"
-
-
-def _minutes(seconds: list) -> str:
-    """Median training wall time of a row's runs in minutes (a resumed run counts its last process only)."""
-    import statistics
-
-    minutes = [float(s) / 60 for s in seconds if s not in ("", None) and float(s) > 0]
-    return f"{statistics.median(minutes):.1f}" if minutes else "–"
-
-
-def _pct(values: list) -> str:
-    values = [100 * float(v) for v in values if v not in ("", None)]
-    return format_mean_sd(values, 2) if values else "–"
 
 
 def _paper(task: str, row: str, length: int, metric: str) -> str:
@@ -299,34 +236,38 @@ def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: di
     atomic_save_figure(fig, path)
 
 
-# --- CLI entry ----------------------------------------------------------------------------------------------
-# --- `looped reproduce rlt` ---------------------------------------------------------------------------------
-def add_reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `looped reproduce rlt`: the shared study options, the tasks and the rows."""
-    add_study_options(parser, "rlt")
-    parser.add_argument("--tasks", nargs="+", help=f"{' '.join(rlt.TASKS)} (default: {' '.join(rlt.STUDY_TASKS)})")
-    parser.add_argument("--rows", nargs="+", help=f"default: {' '.join(rlt.PLAN_ROWS)} "
-                                                  f"({', '.join(rlt.DEPTH_ROWS)} on {', '.join(rlt.DEPTH_TASKS)} only)")
+# --- the spec ------------------------------------------------------------------------------------------------
+def recipes():
+    """configs/rlt/full/<task>_<row>.yaml for every row, configs/rlt/cpu/<task>_<row>.yaml for the study's."""
+    for scale, rows in (("full", rlt.FULL_ROWS), ("cpu", rlt.STUDY_ROWS)):
+        for task in rlt.TASKS:
+            for row in (*rows, *(rlt.DEPTH_ROWS if scale == "cpu" and task in rlt.DEPTH_TASKS else ())):
+                config = rlt.run_config_dict(task, row, scale)
+                steps, batch = config["train"]["max_steps"], config["train"]["batch_size"]
+                where = ("the paper's recipe (GPU)" if scale == "full" else
+                         "CPU recipe (scaled; see looped/experiments/rlt.py)")
+                header = (f"# seed 003 {task}, {rlt.row_label(row, scale)} ({row}): {where}; "
+                          f"{steps} updates x {batch} rows.\n"
+                          f"# Generated by `looped reproduce rlt --write-recipes`. Seeds 43/44: --set train.seed=43\n")
+                yield Recipe(f"{scale}/{task}_{row}.yaml", header, config)
 
 
-def reproduce(args: argparse.Namespace) -> int:
-    """`looped reproduce rlt ...`: run the study (or list its status), print the table."""
-    tasks = check_names("--tasks", args.tasks, tuple(rlt.TASKS), {"s5": "s5_standard"}) or rlt.STUDY_TASKS
-    rows = check_names("--rows", args.rows, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)) or rlt.PLAN_ROWS
-    out, runs = study_folders(args.out, args.runs, f"rlt_{args.scale}")
-    selection = dict(seeds=tuple(args.seeds or rlt.SEEDS), tasks=tuple(tasks), rows=tuple(rows))
-    if args.status:
-        print(status_report(results_table(out), plan_runs(**selection), f"rlt {args.scale}"), end="")
-        return 0
-    if args.report:
-        RltStudy(out, runs, scale=args.scale).report()
-        print((out / "claims.md").read_text())
-        return 0
-    run_study(out, runs, scale=args.scale, **selection,
-              overrides=parse_overrides(args.set), progress=not args.no_progress, stop_after=args.stop_after)
-    print((out / "table.md").read_text())
-    return 0
+def _toy(tmp: Path) -> dict:
+    """Two rows on parity in seconds (the shared study drivers)."""
+    return {"select": {"task": ("parity",), "row": ("rlt1", "baseline"), "seed": (42,)},
+            "overrides": {"model": {"dim": 16, "heads": 2, "ffn_dim": 16}, "task": {"validation_size": 8},
+                          "train": {"max_steps": 2, "eval_every": 1, "batch_size": 8, "log_every": 1}},
+            "options": {"test_size": 6, "test_lengths": {"parity": [32, 64]}}}
 
 
-__all__ = ["RltStudy", "add_reproduce_arguments", "reproduce", "run_config", "run_study", "table_markdown",
-           "write_report"]
+register_study(StudySpec(
+    name="rlt", help="seed 003: RLT rows on the algorithmic tasks, accuracy over the test-length grids",
+    axes=(Axis("task", "tasks", rlt.STUDY_TASKS, tuple(rlt.TASKS), aliases={"s5": "s5_standard"}),
+          Axis("seed", "seeds", rlt.SEEDS, cell=int),
+          Axis("row", "rows", rlt.PLAN_ROWS, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS),
+               help=f"{', '.join(rlt.DEPTH_ROWS)} run on {', '.join(rlt.DEPTH_TASKS)} only")),
+    build=RltStudy, recipes=recipes, toy=_toy,
+    keep=lambda key, scale: key["row"] not in rlt.DEPTH_ROWS or key["task"] in rlt.DEPTH_TASKS))
+
+
+__all__ = ["RltStudy", "recipes", "run_config", "table_markdown", "write_report"]

@@ -1,0 +1,66 @@
+"""The one number formatter of every study: how a value is stored in a CSV cell and how a table shows it.
+
+    cell(0.98765)              '0.987650'        a CSV cell (None -> '')
+    cell(0.98765, 4)           '0.9877'
+    figure('0.5123', 1, 100)   '51.2'            one number in a table ('' / None -> '–')
+    spread(['0.5', '0.6'], 1, 100)  '55.0 ± 7.1 (n=2)'   mean ± sample SD over seeds ('–' when none)
+    finished(rows, task='graph')                 the rows that trained and were scored (status ok)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+from ..eval.stats import format_mean_sd
+
+MISSING = "–"  # a table cell with nothing to show
+
+
+def cell(value, digits: int = 6) -> str:
+    """A value as a CSV cell: floats to `digits` decimals, None as '', anything else as its text."""
+    if value is None:
+        return ""
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _numbers(values: Iterable, scale: float) -> list[float]:
+    return [scale * float(v) for v in values if v not in ("", None)]
+
+
+def figure(value, digits: int = 1, scale: float = 1.0) -> str:
+    """One number of a table (a cell's text or a float), times `scale`; MISSING when empty."""
+    numbers = _numbers([value], scale)
+    return f"{numbers[0]:.{digits}f}" if numbers else MISSING
+
+
+def spread(values: Iterable, digits: int = 1, scale: float = 1.0) -> str:
+    """'mean ± SD (n=k)' of the non-empty values times `scale` (no SD for one value); MISSING when none."""
+    numbers = _numbers(values, scale)
+    return format_mean_sd(numbers, digits) if numbers else MISSING
+
+
+def percent(values: Iterable, digits: int = 1) -> str:
+    """spread() of fractions, in %."""
+    return spread(values, digits, 100.0)
+
+
+def median_minutes(seconds: Iterable) -> str:
+    """Median wall time in minutes of the runs' training seconds (a resumed run counts its last process only)."""
+    minutes = [m / 60 for m in _numbers(seconds, 1.0) if m > 0]
+    return f"{statistics.median(minutes):.1f}" if minutes else MISSING
+
+
+def column(rows: Iterable[dict], name: str) -> list:
+    """The cells of one column ('' where a row lacks it), for spread() / percent()."""
+    return [r.get(name, "") for r in rows]
+
+
+def finished(rows: Iterable[dict], **match) -> list[dict]:
+    """The rows that trained and were scored (status ok; rows without a status column count) whose columns
+    equal `match` (compared as text)."""
+    return [r for r in rows if r.get("status", "ok") in ("ok", "")
+            and all(str(r.get(k)) == str(v) for k, v in match.items())]
+
+
+__all__ = ["MISSING", "cell", "column", "figure", "finished", "median_minutes", "percent", "spread"]

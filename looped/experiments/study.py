@@ -1,0 +1,388 @@
+"""The study engine: a paper's reproduction is a registered `StudySpec`; everything common to studies is here.
+
+A spec declares what differs between papers: its axes (the key columns of its results.csv, each one option of
+`looped reproduce <name>`), how a `Study` object is built for a results folder, its recipes (the YAML files
+under configs/<name>/), optionally a default plan, and a toy setting the shared study drivers train in seconds.
+The `Study` it builds knows one run: its config, its folder, how to score it, and how to write the report.
+
+The engine owns the rest: planning (the product of the axes, filtered by the spec), claiming each run
+(several processes may share a study), training or resuming it, recording a failure as a row, one `RunSummary`
+per run, `--status`, `--stop-after`, the recipe writer, and the `looped reproduce` options (looped.cli builds
+them from the axes; nothing under experiments/ parses arguments).
+
+    @register_study
+    def my_paper() -> StudySpec: ...                 # or register_study(StudySpec(...)) at import
+
+    run_study("my_paper", out=..., runs=..., select={"task": ("parity",)}, overrides={...})
+
+A spec outside this package is a plugin, loaded like an architecture plugin (LOOPED_PLUGINS=my_study.py, or
+the entry-point group 'looped.studies'); examples/study_plugin.py is a worked example.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from ..config import ConfigError
+from ..io import atomic_write_text
+from ..train import Trainer, TrainingError
+from ..train import checkpoint as ckpt
+from ..train.run_folder import read_metrics
+from ..train.trainer import TrainingInterrupted
+from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
+
+Values = tuple | Callable[[str], tuple]  # a fixed tuple, or one per scale
+
+
+# --- the spec -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Axis:
+    """One dimension of a study's grid: a key column of its results.csv and an option of `looped reproduce`.
+
+    `cell` turns a value as typed on the command line into the value the key holds (DRT's alpha "1" -> "1.0",
+    seeds -> int); it raises ValueError on a value it cannot take."""
+
+    name: str  # the key column, e.g. "task"
+    option: str  # the command-line option without dashes, e.g. "tasks"
+    default: Values  # the plan's values unless the option is given
+    known: Values = ()  # the accepted values (() = whatever `cell` accepts)
+    cell: Callable[[str], Any] = str
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    help: str = ""
+
+    def defaults(self, scale: str) -> tuple:
+        return tuple(self.default(scale) if callable(self.default) else self.default)
+
+    def known_values(self, scale: str) -> tuple:
+        return tuple(self.known(scale) if callable(self.known) else self.known)
+
+    def parse(self, given: Iterable[str], scale: str) -> tuple:
+        """The command line's values as key values; ValueError naming the option and the first bad value."""
+        known = self.known_values(scale)
+        values = []
+        for text in given:
+            text = self.aliases.get(str(text), str(text))
+            if known and text not in {str(k) for k in known}:
+                raise ValueError(f"--{self.option}: unknown name {text!r} (known: {', '.join(map(str, known))})")
+            try:
+                values.append(self.cell(text))
+            except ValueError as err:
+                raise ValueError(f"--{self.option}: {err}") from None
+        return tuple(values)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A study option that is not an axis (the CLW budget, DRT's --shortcuts-only): `choices` make it a choice
+    with `default`, no choices a switch. Its value reaches `build` as a keyword argument named `name`."""
+
+    name: str
+    help: str
+    choices: tuple[str, ...] = ()
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One shipped YAML file of a study: its path under configs/<study>/, its comment header, its contents."""
+
+    path: str
+    header: str
+    config: dict
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str  # `looped reproduce <name>`, configs/<name>/, results/<name>_<scale>/
+    help: str
+    axes: tuple[Axis, ...]  # in key order: results.csv's key columns, the training order (first = outermost)
+    build: Callable[..., Study]  # build(out, runs, *, scale, overrides, **flags and toy options) -> Study
+    recipes: Callable[[], Iterable[Recipe]]  # everything under configs/<name>/
+    flags: tuple[Flag, ...] = ()
+    keep: Callable[[dict, str], bool] = lambda key, scale: True  # drops combinations the paper does not run
+    default_plan: Callable[[str], list[dict] | None] | None = None  # the plan when no axis is given (None: product)
+    results_name: Callable[[str, dict], str] | None = None  # results/<this>; default "<name>_<scale>"
+    toy: Callable[[Path], dict] | None = None  # {"select", "overrides", "options"} training in seconds
+    scales: tuple[str, ...] = ("cpu", "full")
+
+    def folder_name(self, scale: str, flags: Mapping[str, Any]) -> str:
+        return self.results_name(scale, dict(flags)) if self.results_name else f"{self.name}_{scale}"
+
+
+class Study(Protocol):
+    """What a spec builds for one results folder: its tables, its runs and its report."""
+
+    results: ResultTable  # a row there marks a run done (or failed)
+    trains: bool  # False: a study call that only records (DRT --shortcuts-only): prepare, then report
+
+    def config(self, key: dict):
+        """The RunConfig of the run of `key` (ConfigError: the combination does not exist, it is skipped)."""
+
+    def folder(self, key: dict) -> Path:
+        """Where the run of `key` trains (and resumes)."""
+
+    def failure_key(self, key: dict, config) -> dict:
+        """The columns a `failed: ...` row of this run carries besides its status."""
+
+    def prepare(self, plan: list[dict], log) -> None:
+        """Work owed by runs finished earlier (scores added to the study after they ran); may do nothing."""
+
+    def evaluate(self, key: dict, config, run: RunSummary, log) -> None:
+        """Score a finished run and add its rows (results last: a row there marks the run done)."""
+
+    def report(self) -> None:
+        """Rewrite tables, plots and claims.md from the CSVs (rows of other processes included)."""
+
+
+# --- the registry ------------------------------------------------------------------------------------------------
+_STUDIES: dict[str, StudySpec] = {}
+BUILTIN_MODULES = ("clw_study", "drt_study", "rlt_study")
+ENTRY_POINT_GROUP = "looped.studies"
+
+
+def register_study(spec: StudySpec | Callable[[], StudySpec]):
+    """Add a study (a spec, or a function returning one: usable as a decorator). Returns its argument."""
+    built = spec() if callable(spec) and not isinstance(spec, StudySpec) else spec
+    if built.name in _STUDIES:
+        raise ValueError(f"study {built.name!r} is already registered")
+    _STUDIES[built.name] = built
+    return spec
+
+
+def _load() -> None:
+    from ..models.registry import load_plugins  # LOOPED_PLUGINS may register studies as well as architectures
+
+    for module in BUILTIN_MODULES:
+        importlib.import_module(f"{__package__}.{module}")
+    load_plugins()
+    for value in _entry_points():
+        importlib.import_module(value.split(":")[0])
+
+
+@functools.cache
+def _entry_points() -> tuple[str, ...]:
+    return tuple(ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def study_names() -> list[str]:
+    _load()
+    return list(_STUDIES)
+
+
+def get_study(name: str) -> StudySpec:
+    _load()
+    if name not in _STUDIES:
+        raise ValueError(f"unknown study {name!r} (known: {', '.join(_STUDIES)})")
+    return _STUDIES[name]
+
+
+# --- planning ----------------------------------------------------------------------------------------------------
+def plan_keys(spec: StudySpec, scale: str, select: Mapping[str, Iterable] | None = None) -> list[dict]:
+    """Every run's key in training order: the spec's default plan when no axis is selected (and it has one),
+    else the product of the axes (selected values, or each axis's default), without what `keep` drops."""
+    select = {name: tuple(values) for name, values in (select or {}).items() if values}
+    planned = spec.default_plan(scale) if not select and spec.default_plan is not None else None
+    if planned is not None:
+        return planned
+    values = [select.get(axis.name) or axis.defaults(scale) for axis in spec.axes]
+    keys = (dict(zip([axis.name for axis in spec.axes], combo)) for combo in itertools.product(*values))
+    return [key for key in keys if spec.keep(key, scale)]
+
+
+def parse_select(spec: StudySpec, given: Mapping[str, Iterable[str] | None], scale: str) -> dict[str, tuple]:
+    """Command-line axis values (by axis name; None = not given) as key values, checked against the axes."""
+    unknown = set(given) - {axis.name for axis in spec.axes}
+    if unknown:
+        raise ValueError(f"study {spec.name}: no axis {sorted(unknown)[0]!r}")
+    return {axis.name: axis.parse(given[axis.name], scale) for axis in spec.axes if given.get(axis.name)}
+
+
+def runnable(study: Study, keys: list[dict], log) -> list[dict]:
+    """The keys whose run exists (a combination the architecture cannot take is logged and left out)."""
+    kept = []
+    for key in keys:
+        try:
+            study.config(key)
+        except ConfigError as err:
+            log(f"== {run_label(key)} skipped ({err})")
+            continue
+        kept.append(key)
+    return kept
+
+
+def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
+    """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
+    run starts (the one in progress finishes), so a study fits a machine booking without losing a run
+    half-way. Each run is claimed (a lock held until the caller asks for the next one): a run another process
+    has claimed is skipped, not trained twice."""
+    deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
+    for key in plan:
+        if results.has(**key):
+            continue
+        if deadline is not None and time.monotonic() > deadline:
+            results.reload()
+            left = sum(not results.has(**k) for k in plan)
+            log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
+            return
+        name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join(f"{k}={v}" for k, v in key.items()))
+        claim = results.path.parent / ".claims" / f"{name}.lock"
+        with exclusive_lock(claim, wait=False) as mine:
+            if not mine:
+                log(f"skipping {run_label(key)}: another process is running it")
+                continue
+            results.reload()  # finished by another process while this one worked on earlier runs?
+            if results.has(**key):
+                continue
+            yield key
+
+
+def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
+    """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
+    order the study would run them, and the counts."""
+    lines, counts = [], {"done": 0, "failed": 0, "to do": 0}
+    for key in plan:
+        match = results.find(**key)
+        status = match.get("status", "ok") if match else ""
+        state = "to do" if match is None else ("done" if status == "ok" else "failed")
+        counts[state] += 1
+        lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({status})" if state == "failed" else ""))
+    head = f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do ({results.path})"
+    return "\n".join([head, *lines]) + "\n"
+
+
+# --- one run -------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunSummary:
+    """What a study needs of a finished run: from the trainer's return value when it trained in this process,
+    from its last checkpoint when it had finished before; the validation curve from its metrics.jsonl."""
+
+    folder: Path
+    seconds: float  # training wall time in this process (0: finished before this call)
+    updates: int
+    best_step: int | None
+    targets: int  # training targets seen
+    evaluations: tuple[dict, ...]  # every validation record, in step order
+
+    @classmethod
+    def read(cls, folder: Path, seconds: float = 0.0, returned: dict | None = None) -> RunSummary:
+        meta = ckpt.trainer_meta(ckpt.run_checkpoint(folder))
+        if returned is not None:  # the trainer's own account; the checkpoint's agrees (it was just written)
+            meta = {**meta, "step": returned["step"], "best_step": returned["best_step"]}
+        path = Path(folder) / "metrics.jsonl"
+        events = [e for e in (read_metrics(path) if path.exists() else []) if "val_loss" in e or
+                  any(k.startswith("val_") for k in e)]
+        return cls(Path(folder), seconds, int(meta["step"]), meta.get("best_step"), int(meta.get("targets", 0)),
+                   tuple(events))
+
+    @property
+    def best_validation(self) -> dict:
+        """The validation record of the selected (best) checkpoint, {} when there is none."""
+        return next((e for e in self.evaluations if e["step"] == self.best_step and "val_loss" in e), {})
+
+    def last(self, metric: str):
+        """The last recorded value of a validation metric (None when never recorded)."""
+        values = [e[metric] for e in self.evaluations if e.get(metric) is not None]
+        return values[-1] if values else None
+
+
+def train_run(config, folder: Path, progress: bool, log) -> RunSummary:
+    """Train (or resume) one run to its budget; its summary (no training when it had already finished)."""
+    if ckpt.run_finished(folder):
+        return RunSummary.read(folder)
+    start = time.perf_counter()
+    returned = Trainer(config, folder, resume="auto", progress=progress, log=log).run()
+    return RunSummary.read(folder, time.perf_counter() - start, returned)
+
+
+def train_or_record_failure(results: ResultTable, key: dict, config, folder: Path, progress: bool,
+                            log) -> RunSummary | None:
+    """train_run; when training cannot go on (a non-finite loss ...) the run becomes a `failed: ...` line in
+    `results` (recorded, not hidden: the table shows it) and None is returned."""
+    try:
+        return train_run(config, folder, progress, log)
+    except TrainingInterrupted:  # Ctrl-C: the run is checkpointed, not failed; the study stops here
+        raise
+    except TrainingError as err:
+        log(f"run failed: {err}")
+        results.add({**key, "status": f"failed: {str(err).splitlines()[0]}"})
+        return None
+
+
+# --- a study call -----------------------------------------------------------------------------------------------
+def build(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
+          **options) -> Study:
+    spec = get_study(spec) if isinstance(spec, str) else spec
+    if scale not in spec.scales:
+        raise ValueError(f"study {spec.name}: unknown scale {scale!r} (known: {', '.join(spec.scales)})")
+    flags = {flag.name: flag.default for flag in spec.flags}
+    return spec.build(Path(out), Path(runs), scale=scale, overrides=overrides, **{**flags, **options})
+
+
+def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
+           log=lambda message: None, **options) -> str:
+    """`looped reproduce NAME --status`: every planned run as done / failed / to do (trains nothing)."""
+    spec = get_study(spec) if isinstance(spec, str) else spec
+    study = build(spec, out, runs, scale=scale, **options)
+    plan = runnable(study, plan_keys(spec, scale, select), log)
+    return status_report(study.results, plan, f"{spec.name} {scale}")
+
+
+def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
+              overrides: dict | None = None, progress: bool = True, stop_after: float | None = None, log=print,
+              **options) -> ResultTable:
+    """Train, evaluate and report every planned run of a registered study not yet in its results."""
+    spec = get_study(spec) if isinstance(spec, str) else spec
+    study = build(spec, out, runs, scale=scale, overrides=overrides, **options)
+    plan = runnable(study, plan_keys(spec, scale, select), log)
+    return execute(study, plan, overrides=overrides, progress=progress, stop_after=stop_after, log=log,
+                   title=f"{spec.name} {scale}")
+
+
+def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, progress: bool = True,
+            stop_after: float | None = None, log=print, title: str = "") -> ResultTable:
+    """Train, evaluate and report every run of `plan` not yet in `study.results`, rewriting the report after
+    each (also used by `looped compare`, whose plan comes from its options, not from a spec). Rows record the
+    --set overrides; a run whose table holds rows of other settings is refused (a call with nothing left to
+    train only rewrites the report)."""
+    settings = overrides_text(overrides)
+    study.results.stamp = {OVERRIDES: settings}
+    study.prepare(plan, log)
+    for key in pending_runs(plan, study.results, stop_after=stop_after, log=log) if study.trains else ():
+        check_same_settings(study.results, settings)
+        log(f"== {study.label(key) if hasattr(study, 'label') else f'{title}: {run_label(key)}'}")
+        config, folder = study.config(key), study.folder(key)
+        run = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress, log)
+        if run is not None:
+            study.evaluate(key, config, run, log)
+            study.report()
+    study.report()
+    return study.results
+
+
+# --- recipes ----------------------------------------------------------------------------------------------------
+def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]:
+    """Write every recipe of a study under `root` (default configs/<name> of the current directory)."""
+    spec = get_study(spec) if isinstance(spec, str) else spec
+    root = Path(root) if root is not None else Path("configs") / spec.name
+    written = []
+    for recipe in spec.recipes():
+        path = root / recipe.path
+        atomic_write_text(path, recipe.header + yaml.safe_dump(recipe.config, sort_keys=False))
+        written.append(path)
+    return written
+
+
+__all__ = ["Axis", "Flag", "Recipe", "RunSummary", "Study", "StudySpec", "build", "execute", "get_study", "parse_select",
+           "pending_runs", "plan_keys", "register_study", "run_study", "status", "status_report", "study_names",
+           "write_recipes"]
