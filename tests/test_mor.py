@@ -189,6 +189,23 @@ def test_the_trainers_loss_is_cross_entropy_plus_the_balancing_and_z_losses():
     torch.testing.assert_close(LMTask.loss(model, x), expected.float(), rtol=1e-6, atol=1e-6)
 
 
+def test_a_sequence_task_adds_the_router_losses_once_to_its_masked_average():
+    """Task kind "sequence": the per-example mean over scored targets of the cross-entropy, plus the router losses
+    of the whole micro-batch once; unscored targets may be placeholder ids outside the vocabulary."""
+    from looped.data.tasks import SequenceBatch
+    from looped.train.sequence import SequenceTask
+    model = tiny()
+    x, targets = tokens(model, length=8, batch=2), tokens(model, length=8, batch=2, seed=1)
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[0, 5:], mask[1, 2:4] = True, True
+    batch = SequenceBatch(tokens=x, targets=torch.where(mask, targets, -100), loss_mask=mask,
+                          lengths=torch.tensor([8, 8]), difficulty=torch.tensor([1, 1]))
+    out = model(x, with_exits=True)
+    ce = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none")
+    expected = (ce[0, 5:].mean() + ce[1, 2:4].mean()) / 2 + model.router_loss(out.router_logits, out.choice)
+    torch.testing.assert_close(SequenceTask.loss(model, batch), expected.float(), rtol=1e-6, atol=1e-6)
+
+
 def test_balanced_routing_minimises_the_balancing_term_at_one():
     model = tiny()
     uniform = torch.zeros(1, 6, 3, dtype=torch.float64)
