@@ -135,6 +135,28 @@ def test_the_forward_is_eq_2_2_with_attention_among_the_active_tokens(rounds):
             assert (forward - reference_forward(model, x, rounds, keys="all")).abs().max() > 1e-6
 
 
+def test_f_is_the_layer_map_with_its_residuals_so_the_exit_adds_g_times_the_whole_state():
+    """With every shared layer's output projections zero, each layer is the identity h -> h, so f(H) = H and the
+    exit is H^1 + g H^1 = (1 + g) H^1 (reading f as the residual branch alone would leave H^1)."""
+    model = tiny()
+    with torch.no_grad():
+        for layer in model.block:
+            layer.attn.out.weight.zero_()
+            layer.mlp.down.weight.zero_()
+        x = tokens(model)
+        h1, _, gate = routing(model, x)
+        for entry in model.trace(x):
+            torch.testing.assert_close(entry.state, (1 + gate) * h1, rtol=0, atol=1e-12)
+
+
+def test_initialisation_and_defaults_follow_the_smollm_base():
+    model = build_model(get_arch(ARCH).config(dim=256, heads=4, kv_heads=2, ffn_dim=512))
+    for weight in (model.embed.weight, model.router.weight, model.block[0].mlp.down.weight):
+        assert abs(weight.std().item() / 0.02 - 1) < 0.1
+    config = model.config
+    assert (config.norm_eps, config.rope_base, config.balance_weight, config.z_weight) == (1e-5, 1e4, 0.1, 1e-3)
+
+
 def test_a_token_writes_keys_only_at_the_recursions_it_runs():
     """Recursion r's cache holds, row by row, exactly the tokens routed to r or deeper, whether prefilled at once or
     decoded token by token; the first and last layers hold every position."""
