@@ -126,6 +126,15 @@ def model_ledger(model, context: int, depth: int | None = None) -> Ledger:
     return method(context, depth)
 
 
+def call_ledger(model, tokens: torch.Tensor, depth: int | None = None) -> Ledger:
+    """The ledger of the call `model(tokens, rounds=depth)`: a model whose compute follows a router (MoR) describes
+    the routing these tokens get (`model.routed_ledger`); every other model's depends on the length and depth only."""
+    routed = getattr(model, "routed_ledger", None)
+    if routed is not None:
+        return routed(tokens, depth)
+    return model_ledger(model, tokens.shape[1], depth)
+
+
 def item_bytes(model) -> int:
     """Bytes of one element of the model's floating-point state (its parameters' dtype; float32 if none)."""
     for p in model.parameters():
