@@ -255,6 +255,9 @@ class ReasoningModel(nn.Module):
     # Pure-tensor methods `train.compile` compiles (looped/models/compile.py): no batch validation, no loop
     # over a number of steps that changes between calls.
     compiled_methods: tuple[str, ...] = ()
+    # Whether the intermediate-supervision mix L(alpha) (`reasoning_loss`, task.alpha) applies; False for a model
+    # whose loss already supervises its own steps (trm's deep supervision): the trainer refuses alpha > 0 then.
+    intermediate_supervision: ClassVar[bool] = True
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, alpha: float = 0.0,
              trace: ReasoningTrace | None = None) -> torch.Tensor:

@@ -10,7 +10,7 @@ position has halted, so the count is the most one forward can do.
 
 from __future__ import annotations
 
-from .ledger import Ledger, block_flops, linear_flops
+from .ledger import Ledger, attention_flops, block_flops, linear_flops
 
 
 def front_and_readout(config, context: int) -> dict[str, float]:
@@ -69,3 +69,29 @@ def gnn_ledger(model, context: int, depth: int | None = None) -> Ledger:
              "mlp": linear_flops(2 * c.dim, c.ffn_dim) + linear_flops(c.ffn_dim, c.dim)}
     return Ledger(model.arch_name, context, None, front_and_readout(c, context),
                   [dict(layer) for _ in range(c.layers)], round_name="layer", decodes=False)
+
+
+def trm_ledger(model, context: int, depth: int | None = None) -> Ledger:
+    """trm: per supervision step, T (n + 1) applications of the tiny network, then the readout and the halting
+    head. Every recursion counts, the no-gradient ones included; the MLP mixer runs at `max_length` positions
+    whatever the input's length, so its per-token figures are scaled by max_length / context."""
+    c = model.config
+    steps = model.check_steps(depth)
+    positions = c.max_length if c.mixer == "mlp" else context
+    if c.mixer == "attention":
+        mix = {"attention projections": linear_flops(c.dim, 3 * c.dim) + linear_flops(c.dim, c.dim),
+               "attention scores+values": attention_flops(context, c.dim)}
+    else:  # a SwiGLU over the positions for each channel: 3 matrices of max_length x mixer width per channel
+        mix = {"token mixer": 3 * linear_flops(c.max_length, c.mixer_width()) * c.dim / c.max_length}
+    block = {**mix, "mlp": 3 * linear_flops(c.dim, c.ffn_dim)}
+    applications = c.recursions * (c.latent_steps + 1) * c.layers
+    step = {name: flops * applications * positions / context for name, flops in block.items()}
+    outside = front_and_readout(c, context)
+    width = 2 * c.dim if c.task_kind == "graph" else c.dim
+    step["readout"] = outside.pop("readout")  # read out after every supervision step
+    step["halting head"] = linear_flops(width, 1) / context
+    notes = ["the no-gradient recursions are counted; a backward pass covers only the last of the T per step"]
+    if c.test_halting:
+        notes.append("halting stops rows early: this is the budget's maximum")
+    return Ledger(model.arch_name, context, steps, outside, [dict(step) for _ in range(steps)],
+                  round_name="supervision step", decodes=False, notes=notes)

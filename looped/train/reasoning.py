@@ -195,6 +195,9 @@ def check_model_fits(config, task) -> None:
     model = config.model
     if get_arch(model.arch).family != "reasoning":
         raise ValueError(f"task.kind 'reasoning' needs a family-'reasoning' model, got model.arch {model.arch!r}")
+    if config.task.alpha > 0 and not get_arch(model.arch).model_cls.intermediate_supervision:
+        raise ValueError(f"task.alpha: {model.arch} supervises its own steps (its loss ignores alpha); "
+                         f"set task.alpha to 0, got {config.task.alpha}")
     want = task.input_kind
     if model.task_kind != want:
         raise ValueError(f"model.task_kind is {model.task_kind!r}, but task {config.task.name!r} needs {want!r}")
