@@ -41,6 +41,20 @@ def write_config(path: Path, config: dict) -> Path:
     return path
 
 
+def recipe_losses(recipe: Path, out: Path) -> list[float]:
+    """The training losses logged by one update of a shipped recipe through the normal config path (2 sequences,
+    1 thread, no evaluation)."""
+    import json
+
+    from looped.train import Trainer, load_run_config
+
+    config = load_run_config(recipe, overrides=["train.max_steps=1", "train.eval_every=0", "train.batch_size=2",
+                                                "train.threads=1"])
+    Trainer(config, out, progress=False, log=lambda m: None).run()
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [entry["loss"] for entry in logged if "loss" in entry]
+
+
 # --- tiny trained runs for `looped depth` / `looped lens` (tests/test_depth.py, tests/test_lens.py) ---
 LOOP = {"arch": "shared_loop", "dim": 32, "heads": 4, "ffn_dim": 48, "rounds": 2, "context_length": 64}
 

@@ -5,16 +5,16 @@ rest through the registry."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from looped.models import build_model, get_arch
 from looped.models.prelude_coda import sample_rounds
-from looped.train import Trainer, load_run_config
+from looped.train import load_run_config
 
 import lm_drivers
+from helpers import recipe_losses
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -106,11 +106,8 @@ def test_the_convergence_exit_is_causal_and_decodes_as_the_forward():
 
 
 def test_the_cpu_recipe_trains_through_the_config_path(tmp_path):
-    config = load_run_config(REPO / "configs/examples/prelude_coda.yaml",
-                             overrides=["train.max_steps=1", "train.eval_every=0", "train.batch_size=2",
-                                        "train.threads=1"])
+    recipe = REPO / "configs/examples/prelude_coda.yaml"
+    config = load_run_config(recipe)
     assert config.model.arch == "prelude_coda" and config.model.sample_rounds
-    Trainer(config, tmp_path, progress=False, log=lambda m: None).run()
-    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    losses = [entry["loss"] for entry in logged if "loss" in entry]
+    losses = recipe_losses(recipe, tmp_path)
     assert len(losses) == 1 and 5.0 < losses[0] < 6.5  # about log(257) = 5.55 at initialisation

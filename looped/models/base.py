@@ -39,6 +39,18 @@ class LMConfig:
         if self.context_length < 1:
             raise ValueError(f"model.context_length must be >= 1, got {self.context_length}")
 
+    def require_positive(self, *names: str) -> None:
+        """One-line error naming the first of these integer fields below 1."""
+        for name in names:
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+
+    def require_rope_heads(self) -> None:
+        """One-line error unless `dim` splits over `heads` into an even head width (RoPE rotates pairs)."""
+        if self.dim % self.heads or (self.dim // self.heads) % 2:
+            raise ValueError(f"model.dim: width {self.dim} over {self.heads} heads must give an even head width "
+                             f"(RoPE)")
+
 
 @dataclass
 class DecodeState:

@@ -80,13 +80,9 @@ class PreludeCodaConfig(LMConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("dim", "heads", "ffn_dim", "prelude_layers", "core_layers", "coda_layers", "rounds",
-                     "backprop_rounds"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
-        if self.dim % self.heads or (self.dim // self.heads) % 2:
-            raise ValueError(f"model.dim: width {self.dim} over {self.heads} heads must give an even head width "
-                             f"(RoPE)")
+        self.require_positive("dim", "heads", "ffn_dim", "prelude_layers", "core_layers", "coda_layers", "rounds",
+                              "backprop_rounds")
+        self.require_rope_heads()
         if self.rounds_sigma < 0 or (self.state_std is not None and self.state_std < 0):
             raise ValueError("model.rounds_sigma and model.state_std must be >= 0")
 

@@ -91,7 +91,7 @@ def build_model(config: Any):
 # The built-in architectures are loaded by module name, as plugins are: importing a module runs its @register
 # decorators, and no module of this package imports the registry that imports it (one-way imports).
 BUILTIN_MODULES = ("exit_gate", "loop", "lstm", "mor", "prelude_coda", "reasoning_baselines", "recurrent_depth",
-                   "rlt", "transformer", "trm")
+                   "rlt", "stable_loop", "transformer", "trm")
 
 
 def _load_builtin() -> None:

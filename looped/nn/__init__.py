@@ -3,10 +3,10 @@
 from .attention import KVCache, MultiHeadAttention, RotaryEmbedding, position_mask
 from .block import PreNormBlock
 from .memory import empty, set_poison
-from .mlp import GeluMLP, ReluMLP, SwiGLU, make_mlp
+from .mlp import GeluMLP, Relu2MLP, ReluMLP, SwiGLU, make_mlp
 from .norm import LayerNorm, LayerScale, RMSNorm, make_norm
 
 __all__ = [
     "KVCache", "MultiHeadAttention", "RotaryEmbedding", "position_mask", "PreNormBlock", "empty", "set_poison",
-    "GeluMLP", "ReluMLP", "SwiGLU", "make_mlp", "LayerNorm", "LayerScale", "RMSNorm", "make_norm",
+    "GeluMLP", "Relu2MLP", "ReluMLP", "SwiGLU", "make_mlp", "LayerNorm", "LayerScale", "RMSNorm", "make_norm",
 ]

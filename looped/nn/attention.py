@@ -110,10 +110,15 @@ class MultiHeadAttention(nn.Module):
         return KVCache(batch, self.heads, self.head_dim, capacity, window=window, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor, *, causal: bool = True, window: int | None = None,
-                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                values: torch.Tensor | None = None) -> torch.Tensor:
+        """`values` (batch, length, dim), if given, is added to the projected values before they are cached
+        (value embeddings, looped/models/stable_loop.py)."""
         batch, length, _ = x.shape
         # (batch, length, 3, heads, head_dim) -> three (batch, heads, length, head_dim)
         q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if values is not None:
+            v = v + values.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         start = cache.length if cache is not None else 0

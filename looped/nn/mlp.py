@@ -26,6 +26,13 @@ class ReluMLP(GeluMLP):
         return self.down(F.relu(self.up(x)))
 
 
+class Relu2MLP(GeluMLP):
+    """W2 ReLU(W1 x)^2 (+ biases): the squared-ReLU network of the nanochat backbone (stable_loop)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.relu(self.up(x)).square())
+
+
 class SwiGLU(nn.Module):
     """W_down (SiLU(W_gate x) * W_up x): three matrices, no biases by default."""
 
@@ -41,7 +48,7 @@ class SwiGLU(nn.Module):
 
 
 def make_mlp(kind: str, dim: int, hidden: int, bias: bool) -> nn.Module:
-    kinds = {"gelu": GeluMLP, "relu": ReluMLP, "swiglu": SwiGLU}
+    kinds = {"gelu": GeluMLP, "relu": ReluMLP, "relu2": Relu2MLP, "swiglu": SwiGLU}
     if kind not in kinds:
         raise ValueError(f"unknown mlp {kind!r} (expected one of {sorted(kinds)})")
     return kinds[kind](dim, hidden, bias=bias)

@@ -80,13 +80,15 @@ def local_tensor(p: torch.Tensor) -> torch.Tensor:
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on weight matrices of linear layers only; embeddings, biases, norm gains, scalars and
-    per-channel vectors (LayerScale, gates, slot keys) are not decayed."""
+    per-channel vectors (LayerScale, gates, slot keys) are not decayed, nor a matrix its model marks
+    `no_weight_decay = True` (stable_loop's identity-initialised B and C, as its paper's release)."""
     embedding_params = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
     decay, no_decay = [], []
     for p in model.parameters():
         if not p.requires_grad:
             continue
-        (decay if p.dim() >= 2 and id(p) not in embedding_params else no_decay).append(p)
+        decayed = p.dim() >= 2 and id(p) not in embedding_params and not getattr(p, "no_weight_decay", False)
+        (decay if decayed else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
