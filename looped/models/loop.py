@@ -26,6 +26,8 @@ at its exit round. Policy for the rounds it skipped: the position still offers k
 writes) to later positions, computed from the block input its frozen state produces in that round, so
 later tokens see a complete, deterministic cache; only its own refinement is skipped. Every exit decision
 at position i depends on positions <= i only, so decoding stays causal and incremental == full forward.
+In a batch an exited position computes only that block input and its keys/values (loop_exit.py), so rows that
+exit early stop paying for the rounds they skip.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from torch import nn
 from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
+from .loop_exit import run_early_exit
 from .registry import register
 from .trace import RoundTrace
 
@@ -251,6 +254,9 @@ class LoopedLM(CausalLM):
 
     uses_workspace = False
     compiled_methods = ("round_step",)
+    # block_input(r, e, h, state, aux) depends on the position's own e and h alone (not on r, the state or other
+    # positions): an exited position's keys/values are then the same in every later round (loop_exit.py)
+    static_block_input = False
 
     def __init__(self, config: LoopConfig):
         super().__init__()
@@ -330,29 +336,9 @@ class LoopedLM(CausalLM):
 
     def run_rounds_early_exit(self, tokens: torch.Tensor, rounds: int, state: LoopState | None,
                               threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rounds with per-position early exit (module docstring); returns logits and rounds used (b, l)."""
-        start = state.position if state is not None else 0
-        e = self.anchor_embedding(tokens, start)
-        h, exits, aux = e, [], {}
-        active = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
-        used = torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
-        logits = probs = None
-        for r in range(rounds):
-            x = self.block_input(r, e, h, state, aux)
-            refined = self.block(x, cache=state.caches[r] if state is not None else None)
-            h = torch.where(active.unsqueeze(-1), refined, h)
-            exits.append(h)
-            used += active.long()
-            round_logits = self.head(self.final_norm(self.readout(e, exits)))
-            round_probs = round_logits.float().softmax(-1)
-            if logits is None:
-                logits, probs = round_logits, round_probs
-                continue
-            logits = torch.where(active.unsqueeze(-1), round_logits, logits)
-            moved = 0.5 * (round_probs - probs).abs().sum(-1)
-            probs = torch.where(active.unsqueeze(-1), round_probs, probs)
-            active = active & (moved >= threshold)
-        return logits, used
+        """Rounds with per-position early exit (module docstring); returns logits and rounds used (b, l). Exited
+        positions compute only what later queries read from them (loop_exit.py)."""
+        return run_early_exit(self, tokens, rounds, state, threshold)
 
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
         rounds = self.resolve_rounds(rounds)
@@ -404,11 +390,15 @@ class LoopedLM(CausalLM):
 class SharedLoop(LoopedLM):
     """h^{r+1} = T(h^r), h^0 = e."""
 
+    static_block_input = True
+
 
 @register("adaptive_exit", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
           test_depths=(1, 4, 6))
 class AdaptiveExit(LoopedLM):
     """Shared loop with a per-position softmax mixture of every round's exit (Appendix B)."""
+
+    static_block_input = True
 
     def build_extras(self) -> None:
         self.router = nn.Linear(self.config.dim, self.config.rounds)  # W_exit, b_exit
@@ -450,6 +440,8 @@ class _Anchored(LoopedLM):
           test_depths=(1, 4, 6))
 class AnchoredLoop(_Anchored):
     """u^r = LN_a(h^r + F_a([e; h^r])), h^{r+1} = T(u^r)."""
+
+    static_block_input = True
 
 
 @register("conditioned_dense", LoopConfig,

@@ -29,9 +29,11 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x (batch, heads, length, head_dim); positions (length,) int64
-        angles = positions.to(self.inv_freq.dtype)[:, None] * self.inv_freq  # (length, head_dim/2)
+        # x (batch, heads, length, head_dim); positions (length,) int64, or (batch, length): each row its own
+        angles = positions.to(self.inv_freq.dtype)[..., None] * self.inv_freq  # (length | batch, length, hd/2)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        if positions.dim() == 2:  # (batch, 1, length, head_dim/2): the same angles for every head
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -125,6 +127,57 @@ class MultiHeadAttention(nn.Module):
             k, v, k_start = cache.append(k, v)
         y = self._attend(q, k, v, start, k_start, causal=causal, window=window, mask=mask)
         return self.out(y.transpose(1, 2).reshape(batch, length, self.dim))
+
+    # --- early exit: every new position offers keys/values, only some ask a query (models/loop_exit.py) ------------
+    def keys_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw key and value projections (..., 2 dim) of normalised inputs x (..., dim): the part of the fused QKV
+        projection a position needs in order to be read by other queries (no query of its own)."""
+        bias = self.qkv.bias[self.dim:] if self.qkv.bias is not None else None
+        return F.linear(x, self.qkv.weight[self.dim:], bias)
+
+    def offer(self, kv: torch.Tensor, cache: KVCache | None) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+        """Keys and values (batch, heads, n, head_dim) of the n new positions whose raw projections are kv
+        (batch, n, 2 dim), k-normed and rotated at their absolute positions and appended to `cache`; returns every
+        visible key and value, the position of the first key and the position of the first new one."""
+        batch, n, _ = kv.shape
+        k, v = kv.view(batch, n, 2, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        start = cache.length if cache is not None else 0
+        if self.rotary is not None:
+            k = self.rotary(k, torch.arange(start, start + n, device=kv.device))
+        if cache is None:
+            return k, v, 0, start
+        if cache.window is not None:
+            raise ValueError("attention at selected positions supports full caches only (no sliding window)")
+        k, v, k_start = cache.append(k, v)
+        return k, v, k_start, start
+
+    def attend_selected(self, xq: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
+                        cache: KVCache | None = None) -> torch.Tensor:
+        """Causal attention asked by selected new positions only, after every new position offered its keys and
+        values (`offer`). xq (k, m, dim): the normalised inputs of the selected positions, laid out per row and
+        padded to the longest row; rows (k,): the row of each; slots (k, m): each one's index among the n new
+        positions of its row (padding repeats a real index; its output is junk the caller drops); kv (batch, n,
+        2 dim): `keys_values` of every new position. Returns (k, m, dim) after the output projection: what
+        `forward` returns at those positions, for the queries' rows only."""
+        batch, n, _ = kv.shape
+        k_rows, m, _ = xq.shape
+        bias = self.qkv.bias[:self.dim] if self.qkv.bias is not None else None
+        q = F.linear(xq, self.qkv.weight[:self.dim], bias).view(k_rows, m, self.heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        k, v, k_start, start = self.offer(kv, cache)
+        if self.rotary is not None:
+            q = self.rotary(q, slots + start)
+        if k_rows < batch:  # only the rows that ask read their keys
+            k, v = k.index_select(0, rows), v.index_select(0, rows)
+        mask = None
+        if n > 1:  # with one new position per row every query is the newest one: it sees every key
+            keys = torch.arange(k_start, k_start + k.shape[2], device=kv.device)
+            mask = (keys <= (slots + start)[..., None]).unsqueeze(1)  # (k, 1, m, keys)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(k_rows, m, self.dim))
 
     @staticmethod
     def _attend(q, k, v, q_start: int, k_start: int, *, causal: bool, window: int | None,

@@ -32,3 +32,20 @@ class PreNormBlock(nn.Module):
                 mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.scale1(self.attn(self.norm1(x), causal=causal, window=window, mask=mask, cache=cache))
         return x + self.scale2(self.mlp(self.norm2(x)))
+
+    # --- early exit (models/loop_exit.py): the block at selected positions, every position's keys in the cache ---
+    def keys_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw key/value projections (..., 2 dim) of block inputs x (..., dim): what a position that does not run
+        the block must still offer to the queries of others."""
+        return self.attn.keys_values(self.norm1(x))
+
+    def forward_selected(self, x: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
+                         valid: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """T(x) (causal) at selected positions only: x (k, m, dim) their block inputs, laid out per row as
+        MultiHeadAttention.attend_selected describes; kv (batch, n, 2 dim) `keys_values` of every new position of
+        the call, all of which reach `cache`. Returns (k, m, dim), or with `valid` (k, m) the (s, dim) outputs of
+        its True entries in row-major order (the padding skips the MLP)."""
+        x = x + self.scale1(self.attn.attend_selected(self.norm1(x), kv, rows, slots, cache))
+        if valid is not None:
+            x = x[valid]
+        return x + self.scale2(self.mlp(self.norm2(x)))
