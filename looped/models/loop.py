@@ -44,6 +44,7 @@ from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .loop_exit import run_early_exit
+from .loop_stream import NextToken, stream_decode
 from .registry import register
 from .trace import RoundTrace
 
@@ -84,7 +85,11 @@ class LoopState(DecodeState):
     rounds_used: list[torch.Tensor] = field(default_factory=list)  # (batch, n) per decode call, with early exit
     # workspace rows, decoding without gradients: Workspace.fold() and the parameter versions it was made from
     folded: tuple[tuple, tuple[torch.Tensor, ...]] | None = None
-    cached_fields = ("folded", "rounds_used")  # not per-sequence state: a parameter cache and a record
+    # with an exit threshold, the caches' keys and values as two (rounds, batch, heads, capacity, head_dim)
+    # tensors: the same memory as `caches`, indexed across rounds at once by stream_decode (loop_stream.py)
+    kv_storage: tuple[torch.Tensor, torch.Tensor] | None = None
+    # not per-sequence state: a parameter cache, a record, and a second view of the caches
+    cached_fields = ("folded", "rounds_used", "kv_storage")
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
@@ -257,6 +262,7 @@ class LoopedLM(CausalLM):
     # block_input(r, e, h, state, aux) depends on the position's own e and h alone (not on r, the state or other
     # positions): an exited position's keys/values are then the same in every later round (loop_exit.py)
     static_block_input = False
+    readout_mixes_exits = False  # the readout reads every round's exit, not only the last (adaptive, conditioned)
 
     def __init__(self, config: LoopConfig):
         super().__init__()
@@ -377,12 +383,24 @@ class LoopedLM(CausalLM):
     def init_state(self, batch: int, *, rounds: int | None = None,
                    exit_threshold: float | None = None) -> LoopState:
         rounds = self.resolve_rounds(rounds)
-        caches = [self.block.attn.new_cache(batch, self.config.context_length) for _ in range(rounds)]
+        capacity, storage = self.config.context_length, None
+        if exit_threshold is None:
+            caches = [self.block.attn.new_cache(batch, capacity) for _ in range(rounds)]
+        else:  # stream_decode reads a different round's cache for each row: one stacked store
+            caches, *storage = self.block.attn.new_stacked_caches(rounds, batch, capacity)
         return LoopState(batch=batch, rounds=rounds, caches=caches, sums=[None] * rounds,
-                         mass_settled=[False] * rounds, exit_threshold=exit_threshold)
+                         mass_settled=[False] * rounds, exit_threshold=exit_threshold,
+                         kv_storage=tuple(storage) if storage else None)
 
     def decode(self, tokens: torch.Tensor, state: LoopState) -> torch.Tensor:
         return self.decode_at_depth(tokens, state, self.run_rounds, self.run_rounds_early_exit)
+
+    def stream_decode(self, state: LoopState, first: torch.Tensor, steps: int,
+                      next_token: NextToken) -> tuple[torch.Tensor, torch.Tensor]:
+        """`steps` one-token early-exit decode calls where no row waits for another (loop_stream.py): first (B,)
+        the tokens consumed first, next_token(rows, index, logits) -> the ids each row consumes next. Returns the
+        logits after every consumed token (B, steps, vocab) and the rounds each used (B, steps)."""
+        return stream_decode(self, state, first, steps, next_token)
 
 
 @register("shared_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
@@ -399,6 +417,7 @@ class AdaptiveExit(LoopedLM):
     """Shared loop with a per-position softmax mixture of every round's exit (Appendix B)."""
 
     static_block_input = True
+    readout_mixes_exits = True
 
     def build_extras(self) -> None:
         self.router = nn.Linear(self.config.dim, self.config.rounds)  # W_exit, b_exit
@@ -448,6 +467,8 @@ class AnchoredLoop(_Anchored):
           test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40), test_depths=(1, 4, 6))
 class ConditionedDense(_Anchored):
     """Anchored loop with per-round scale/shift before the block and a learned exit readout (eq. 14)."""
+
+    readout_mixes_exits = True
 
     def build_extras(self) -> None:
         super().build_extras()

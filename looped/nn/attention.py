@@ -78,6 +78,34 @@ class KVCache:
         return keys, values, first
 
 
+class StackedSlot(KVCache):
+    """A full KVCache whose keys and values are slot `index` of stacked (count, batch, heads, capacity, head_dim)
+    tensors (stacked_caches). The slot's views are taken anew at each use: a view taken before the store first
+    holds a tensor that requires grad would afterwards count as a leaf, into which autograd refuses to write."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, index: int):
+        self.capacity, self.window, self.length, self.kept = keys.shape[3], None, 0, 0
+        self.store, self.index = (keys, values), index
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self.store[0][self.index]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.store[1][self.index]
+
+
+def stacked_caches(count: int, batch: int, heads: int, head_dim: int, capacity: int, *, dtype: torch.dtype,
+                   device=None) -> tuple[list[KVCache], torch.Tensor, torch.Tensor]:
+    """`count` full caches whose keys and values are the slices [i] of one (count, batch, heads, capacity,
+    head_dim) tensor each, returned with them: one indexing op can then read or write a different cache for each
+    row (MultiHeadAttention.attend_stacked)."""
+    keys = empty(count, batch, heads, capacity, head_dim, dtype=dtype, device=device)
+    values = empty(count, batch, heads, capacity, head_dim, dtype=dtype, device=device)
+    return [StackedSlot(keys, values, i) for i in range(count)], keys, values
+
+
 def position_mask(q_start: int, q_len: int, k_start: int, k_len: int, *, causal: bool, window: int | None,
                   device: torch.device) -> torch.Tensor | None:
     """Boolean (q_len, k_len) mask, True = may attend, from absolute positions; None when all is visible."""
@@ -178,6 +206,58 @@ class MultiHeadAttention(nn.Module):
             mask = (keys <= (slots + start)[..., None]).unsqueeze(1)  # (k, 1, m, keys)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out(y.transpose(1, 2).reshape(k_rows, m, self.dim))
+
+    # --- one position per query, each in its own cache of a stacked store (models/loop_stream.py) -----------------
+    def write_stacked(self, kv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slot: torch.Tensor,
+                      rows: torch.Tensor, positions: torch.Tensor) -> None:
+        """Write M single positions' raw key/value projections kv (M, 2 dim) into a stacked store (stacked_caches):
+        entry i at position positions[i] of row rows[i] of cache slot[i], k-normed and rotated at that position."""
+        k, v = kv.view(-1, 2, self.heads, self.head_dim).unbind(1)  # (M, heads, head_dim)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        if self.rotary is not None:
+            k = self.rotary(k.unsqueeze(2), positions[:, None]).squeeze(2)
+        keys[slot, rows, :, positions] = k
+        values[slot, rows, :, positions] = v
+
+    def attend_stacked(self, x: torch.Tensor, queries: int, keys: torch.Tensor, values: torch.Tensor,
+                       slot: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                       source: torch.Tensor | None = None) -> torch.Tensor:
+        """Causal attention of independent single positions, each in its own cache of a stacked store
+        (stacked_caches). x (N, dim): normalised inputs of N entries; the first `queries` (M) ask a query, the others
+        only offer keys/values. Write w puts entry source[w]'s key/value (default: entry w) at position
+        positions[w] of row rows[w] of cache slot[w]; the first M writes are the queries' own, so query i then
+        reads cache slot[i], row rows[i], positions <= positions[i]. Returns the output projection (M, dim).
+        Every query reads slots up to the largest position, its later ones masked out: those must hold finite
+        values (a masked NaN still poisons the softmax).
+        One projection serves every entry: decoding a small batch is bound by reading the weights, so the
+        entries that only offer keys cost almost nothing."""
+        qkv = self.qkv(x)
+        kv = qkv[:, self.dim:] if source is None else qkv.index_select(0, source)[:, self.dim:]
+        self.write_stacked(kv, keys, values, slot, rows, positions)
+        q = qkv[:queries, :self.dim].reshape(queries, self.heads, 1, self.head_dim)
+        slot, rows, positions = slot[:queries], rows[:queries], positions[:queries]
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.rotary is not None:
+            q = self.rotary(q, positions[:, None])
+        length = int(positions.max()) + 1
+        # (cache, row) flattened into one index: index_select copies whole (heads, length, head_dim) blocks, far
+        # faster than advanced indexing over two dimensions
+        which = slot * keys.shape[1] + rows
+        k = keys[:, :, :, :length].flatten(0, 1).index_select(0, which)  # (M, heads, length, head_dim)
+        v = values[:, :, :, :length].flatten(0, 1).index_select(0, which)
+        mask = None
+        if int(positions.min()) + 1 < length:  # rows at different positions: each sees its own prefix only
+            mask = (torch.arange(length, device=x.device) <= positions[:, None]).view(-1, 1, 1, length)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.reshape(queries, self.dim))
+
+    def new_stacked_caches(self, count: int, batch: int, capacity: int) -> tuple[list[KVCache], torch.Tensor,
+                                                                                  torch.Tensor]:
+        """stacked_caches in this layer's shape, dtype and device."""
+        return stacked_caches(count, batch, self.heads, self.head_dim, capacity, dtype=self.qkv.weight.dtype,
+                              device=self.qkv.weight.device)
 
     @staticmethod
     def _attend(q, k, v, q_start: int, k_start: int, *, causal: bool, window: int | None,

@@ -49,3 +49,13 @@ class PreNormBlock(nn.Module):
         if valid is not None:
             x = x[valid]
         return x + self.scale2(self.mlp(self.norm2(x)))
+
+    def forward_stacked(self, x: torch.Tensor, queries: int, keys: torch.Tensor, values: torch.Tensor,
+                        slot: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                        source: torch.Tensor | None = None) -> torch.Tensor:
+        """T(x) of the first `queries` (M) of N independent single positions x (N, dim), each in its own cache of
+        a stacked store; the other entries only write their keys/values (MultiHeadAttention.attend_stacked has
+        the writes' layout). Returns (M, dim)."""
+        attended = self.attn.attend_stacked(self.norm1(x), queries, keys, values, slot, rows, positions, source)
+        x = x[:queries] + self.scale1(attended)
+        return x + self.scale2(self.mlp(self.norm2(x)))
