@@ -2,6 +2,7 @@
 
     looped bench train  [--arch A] [--dim D] [--seq S] [--batch B] [--steps N] [--threads T] [--out PATH]
     looped bench decode [--arch A] [--context C] [--out PATH]
+    looped bench exit   --threshold T [--run RUN] [--batches 1 8 32] [--out PATH]
 
 Each benchmark writes a JSON record (default runs/bench/<name>.json: the committed results/bench files are
 only replaced when --out names them) and prints a short summary.
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import clw, ddp, decode, rlt, scaling, think, train
+from . import clw, ddp, decode, early_exit, rlt, scaling, think, train
 from .decode import run_decode_bench
 from .train import run_train_bench
 
@@ -41,6 +42,8 @@ BENCHES: dict[str, Bench] = {
     "think": Bench("seed 002: depth-recurrent core vs horizontal chain of thought (peak memory, latency vs T)",
                    think.add_arguments, think.main, think.plot_think),
     "clw": Bench("seed 000 rows side by side: training step time and decoding speed", clw.add_arguments, clw.main),
+    "exit": Bench("early exit vs fixed depth decoding a batch: executed depth, FLOP saving, tokens/s at 1/8/32",
+                  early_exit.add_arguments, early_exit.main),
     "scaling": Bench("cost growth: decode time and state memory vs context, training step time vs rounds",
                      scaling.add_arguments, scaling.main, scaling.plot),
 }

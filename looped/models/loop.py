@@ -26,6 +26,8 @@ at its exit round. Policy for the rounds it skipped: the position still offers k
 writes) to later positions, computed from the block input its frozen state produces in that round, so
 later tokens see a complete, deterministic cache; only its own refinement is skipped. Every exit decision
 at position i depends on positions <= i only, so decoding stays causal and incremental == full forward.
+In a batch an exited position computes only that block input and its keys/values (loop_exit.py), so rows that
+exit early stop paying for the rounds they skip.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from torch import nn
 from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
+from .loop_exit import run_early_exit
+from .loop_stream import NextToken, stream_decode
 from .registry import register
 from .trace import RoundTrace
 
@@ -81,7 +85,11 @@ class LoopState(DecodeState):
     rounds_used: list[torch.Tensor] = field(default_factory=list)  # (batch, n) per decode call, with early exit
     # workspace rows, decoding without gradients: Workspace.fold() and the parameter versions it was made from
     folded: tuple[tuple, tuple[torch.Tensor, ...]] | None = None
-    cached_fields = ("folded", "rounds_used")  # not per-sequence state: a parameter cache and a record
+    # with an exit threshold, the caches' keys and values as two (rounds, batch, heads, capacity, head_dim)
+    # tensors: the same memory as `caches`, indexed across rounds at once by stream_decode (loop_stream.py)
+    kv_storage: tuple[torch.Tensor, torch.Tensor] | None = None
+    # not per-sequence state: a parameter cache, a record, and a second view of the caches
+    cached_fields = ("folded", "rounds_used", "kv_storage")
 
 
 # --- pieces ---------------------------------------------------------------------------------------------
@@ -251,6 +259,10 @@ class LoopedLM(CausalLM):
 
     uses_workspace = False
     compiled_methods = ("round_step",)
+    # block_input(r, e, h, state, aux) depends on the position's own e and h alone (not on r, the state or other
+    # positions): an exited position's keys/values are then the same in every later round (loop_exit.py)
+    static_block_input = False
+    readout_mixes_exits = False  # the readout reads every round's exit, not only the last (adaptive, conditioned)
 
     def __init__(self, config: LoopConfig):
         super().__init__()
@@ -330,29 +342,9 @@ class LoopedLM(CausalLM):
 
     def run_rounds_early_exit(self, tokens: torch.Tensor, rounds: int, state: LoopState | None,
                               threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rounds with per-position early exit (module docstring); returns logits and rounds used (b, l)."""
-        start = state.position if state is not None else 0
-        e = self.anchor_embedding(tokens, start)
-        h, exits, aux = e, [], {}
-        active = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
-        used = torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
-        logits = probs = None
-        for r in range(rounds):
-            x = self.block_input(r, e, h, state, aux)
-            refined = self.block(x, cache=state.caches[r] if state is not None else None)
-            h = torch.where(active.unsqueeze(-1), refined, h)
-            exits.append(h)
-            used += active.long()
-            round_logits = self.head(self.final_norm(self.readout(e, exits)))
-            round_probs = round_logits.float().softmax(-1)
-            if logits is None:
-                logits, probs = round_logits, round_probs
-                continue
-            logits = torch.where(active.unsqueeze(-1), round_logits, logits)
-            moved = 0.5 * (round_probs - probs).abs().sum(-1)
-            probs = torch.where(active.unsqueeze(-1), round_probs, probs)
-            active = active & (moved >= threshold)
-        return logits, used
+        """Rounds with per-position early exit (module docstring); returns logits and rounds used (b, l). Exited
+        positions compute only what later queries read from them (loop_exit.py)."""
+        return run_early_exit(self, tokens, rounds, state, threshold)
 
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
         rounds = self.resolve_rounds(rounds)
@@ -391,12 +383,24 @@ class LoopedLM(CausalLM):
     def init_state(self, batch: int, *, rounds: int | None = None,
                    exit_threshold: float | None = None) -> LoopState:
         rounds = self.resolve_rounds(rounds)
-        caches = [self.block.attn.new_cache(batch, self.config.context_length) for _ in range(rounds)]
+        capacity, storage = self.config.context_length, None
+        if exit_threshold is None:
+            caches = [self.block.attn.new_cache(batch, capacity) for _ in range(rounds)]
+        else:  # stream_decode reads a different round's cache for each row: one stacked store
+            caches, *storage = self.block.attn.new_stacked_caches(rounds, batch, capacity)
         return LoopState(batch=batch, rounds=rounds, caches=caches, sums=[None] * rounds,
-                         mass_settled=[False] * rounds, exit_threshold=exit_threshold)
+                         mass_settled=[False] * rounds, exit_threshold=exit_threshold,
+                         kv_storage=tuple(storage) if storage else None)
 
     def decode(self, tokens: torch.Tensor, state: LoopState) -> torch.Tensor:
         return self.decode_at_depth(tokens, state, self.run_rounds, self.run_rounds_early_exit)
+
+    def stream_decode(self, state: LoopState, first: torch.Tensor, steps: int,
+                      next_token: NextToken) -> tuple[torch.Tensor, torch.Tensor]:
+        """`steps` one-token early-exit decode calls where no row waits for another (loop_stream.py): first (B,)
+        the tokens consumed first, next_token(rows, index, logits) -> the ids each row consumes next. Returns the
+        logits after every consumed token (B, steps, vocab) and the rounds each used (B, steps)."""
+        return stream_decode(self, state, first, steps, next_token)
 
 
 @register("shared_loop", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
@@ -404,11 +408,16 @@ class LoopedLM(CausalLM):
 class SharedLoop(LoopedLM):
     """h^{r+1} = T(h^r), h^0 = e."""
 
+    static_block_input = True
+
 
 @register("adaptive_exit", LoopConfig, test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40),
           test_depths=(1, 4, 6))
 class AdaptiveExit(LoopedLM):
     """Shared loop with a per-position softmax mixture of every round's exit (Appendix B)."""
+
+    static_block_input = True
+    readout_mixes_exits = True
 
     def build_extras(self) -> None:
         self.router = nn.Linear(self.config.dim, self.config.rounds)  # W_exit, b_exit
@@ -451,11 +460,15 @@ class _Anchored(LoopedLM):
 class AnchoredLoop(_Anchored):
     """u^r = LN_a(h^r + F_a([e; h^r])), h^{r+1} = T(u^r)."""
 
+    static_block_input = True
+
 
 @register("conditioned_dense", LoopConfig,
           test_overrides=dict(dim=32, heads=4, ffn_dim=48, rounds=4, context_length=40), test_depths=(1, 4, 6))
 class ConditionedDense(_Anchored):
     """Anchored loop with per-round scale/shift before the block and a learned exit readout (eq. 14)."""
+
+    readout_mixes_exits = True
 
     def build_extras(self) -> None:
         super().build_extras()

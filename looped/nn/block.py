@@ -32,3 +32,30 @@ class PreNormBlock(nn.Module):
                 mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.scale1(self.attn(self.norm1(x), causal=causal, window=window, mask=mask, cache=cache))
         return x + self.scale2(self.mlp(self.norm2(x)))
+
+    # --- early exit (models/loop_exit.py): the block at selected positions, every position's keys in the cache ---
+    def keys_values(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw key/value projections (..., 2 dim) of block inputs x (..., dim): what a position that does not run
+        the block must still offer to the queries of others."""
+        return self.attn.keys_values(self.norm1(x))
+
+    def forward_selected(self, x: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor,
+                         valid: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """T(x) (causal) at selected positions only: x (k, m, dim) their block inputs, laid out per row as
+        MultiHeadAttention.attend_selected describes; kv (batch, n, 2 dim) `keys_values` of every new position of
+        the call, all of which reach `cache`. Returns (k, m, dim), or with `valid` (k, m) the (s, dim) outputs of
+        its True entries in row-major order (the padding skips the MLP)."""
+        x = x + self.scale1(self.attn.attend_selected(self.norm1(x), kv, rows, slots, cache))
+        if valid is not None:
+            x = x[valid]
+        return x + self.scale2(self.mlp(self.norm2(x)))
+
+    def forward_stacked(self, x: torch.Tensor, queries: int, keys: torch.Tensor, values: torch.Tensor,
+                        slot: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                        source: torch.Tensor | None = None) -> torch.Tensor:
+        """T(x) of the first `queries` (M) of N independent single positions x (N, dim), each in its own cache of
+        a stacked store; the other entries only write their keys/values (MultiHeadAttention.attend_stacked has
+        the writes' layout). Returns (M, dim)."""
+        attended = self.attn.attend_stacked(self.norm1(x), queries, keys, values, slot, rows, positions, source)
+        x = x[:queries] + self.scale1(attended)
+        return x + self.scale2(self.mlp(self.norm2(x)))

@@ -1,0 +1,167 @@
+"""Early exit in a batch (looped/models/loop_exit.py): positions that exited stop computing later rounds, and nothing
+a row reads changes.
+
+The oracle is the dense rule the looped rows ran before: every position through every round, exited ones held
+frozen by a mask (`dense_rule`, written out from the model's own hooks). The batched path must give the same
+logits, rounds used and per-round caches, row by row, as that rule and as the same row run alone."""
+
+import pytest
+import torch
+
+from looped.models.loop_exit import Selection
+from looped.nn import MultiHeadAttention
+
+from lm_drivers import tiny_model
+
+LOOPED = ["shared_loop", "adaptive_exit", "anchored_loop", "conditioned_dense", "workspace", "workspace_retention"]
+ROUNDS, LENGTH, PREFILL = 5, 18, 5
+
+
+def dense_rule(model, tokens, state, threshold):
+    """The single-row rule as loop.py ran it before batching: logits (b, n, vocab), rounds used (b, n)."""
+    e = model.anchor_embedding(tokens, state.position if state is not None else 0)
+    h, exits, aux = e, [], {}
+    active = torch.ones(tokens.shape, dtype=torch.bool)
+    used = torch.zeros(tokens.shape, dtype=torch.long)
+    logits = probs = None
+    for r in range(ROUNDS):
+        refined = model.block(model.block_input(r, e, h, state, aux), cache=state.caches[r] if state else None)
+        h = torch.where(active.unsqueeze(-1), refined, h)
+        exits.append(h)
+        used += active.long()
+        round_logits = model.head(model.final_norm(model.readout(e, exits)))
+        round_probs = round_logits.float().softmax(-1)
+        if logits is not None:
+            moved = 0.5 * (round_probs - probs).abs().sum(-1)
+            round_logits = torch.where(active.unsqueeze(-1), round_logits, logits)
+            round_probs = torch.where(active.unsqueeze(-1), round_probs, probs)
+            active = active & (moved >= threshold)
+        logits, probs = round_logits, round_probs
+    if state is not None:
+        state.position += tokens.shape[1]
+    return logits, used
+
+
+def varied_threshold(model, tokens) -> float:
+    """A threshold at which positions exit after different rounds (else a test of skipping proves nothing)."""
+    for threshold in (0.3, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005):
+        used = dense_rule(model, tokens, None, threshold)[1]
+        if len(used.unique()) >= 3 and len(used.float().mean(1).unique()) > 1:
+            return threshold
+    raise AssertionError("no threshold makes the rows exit after different rounds")
+
+
+def decode_all(model, tokens, threshold, *, dense=False):
+    """Prefill PREFILL tokens, then one token per call: (logits (b, LENGTH, vocab), rounds used, state)."""
+    state = model.init_state(tokens.shape[0], rounds=ROUNDS, exit_threshold=None if dense else threshold)
+    step = (lambda chunk: dense_rule(model, chunk, state, threshold)[0]) if dense else (
+        lambda chunk: model.decode(chunk, state))
+    chunks = [tokens[:, :PREFILL]] + [tokens[:, i:i + 1] for i in range(PREFILL, tokens.shape[1])]
+    logits = torch.cat([step(chunk) for chunk in chunks], 1)
+    used = None if dense else torch.cat(state.rounds_used, 1)
+    return logits, used, state
+
+
+def row_state(state, row: int) -> list[torch.Tensor]:
+    """Everything a later token reads from row `row` of a decode state: every round's keys, values and sums."""
+    out = []
+    for r, cache in enumerate(state.caches):
+        out += [cache.keys[row, :, :cache.length], cache.values[row, :, :cache.length]]
+        if state.sums[r] is not None:
+            out.append(state.sums[r][row])
+    return out
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("arch", LOOPED)
+def test_scoring_a_batch_gives_each_row_the_dense_rule_and_its_own_alone(arch):
+    model = tiny_model(arch)
+    x = torch.randint(0, model.config.vocab_size, (4, LENGTH), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        threshold = varied_threshold(model, x)
+        logits, used = model.forward_early_exit(x, threshold, rounds=ROUNDS)
+        dense_logits, dense_used = dense_rule(model, x, None, threshold)
+        close(logits, dense_logits)
+        assert torch.equal(used, dense_used)
+        for row in range(4):
+            alone, used_alone = model.forward_early_exit(x[row:row + 1], threshold, rounds=ROUNDS)
+            close(logits[row:row + 1], alone)
+            assert torch.equal(used[row:row + 1], used_alone)
+
+
+@pytest.mark.parametrize("arch", LOOPED)
+def test_decoding_a_batch_leaves_each_row_the_logits_and_caches_it_has_alone(arch):
+    model = tiny_model(arch)
+    x = torch.randint(0, model.config.vocab_size, (4, LENGTH), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        threshold = varied_threshold(model, x)
+        logits, used, state = decode_all(model, x, threshold)
+        dense_logits, _, dense_state = decode_all(model, x, threshold, dense=True)
+        close(logits, dense_logits)
+        assert torch.equal(used, model.forward_early_exit(x, threshold, rounds=ROUNDS)[1])
+        assert len(used[:, PREFILL:].unique()) > 1, "decoded tokens should exit after different rounds"
+        for row in range(4):
+            for mine, dense in zip(row_state(state, row), row_state(dense_state, row), strict=True):
+                close(mine, dense)
+            alone_logits, alone_used, alone_state = decode_all(model, x[row:row + 1], threshold)
+            close(logits[row:row + 1], alone_logits)
+            assert torch.equal(used[row:row + 1], alone_used)
+            for mine, alone in zip(row_state(state, row), row_state(alone_state, 0), strict=True):
+                close(mine, alone)
+
+
+@pytest.mark.parametrize("arch", ["shared_loop", "workspace"])
+def test_an_exited_position_runs_no_more_of_the_block_than_its_keys(arch):
+    """The saving itself: the MLP sees each position once per round it refined (sum of rounds used), not once per
+    round of the loop; the dense rule ran every position through all of them."""
+    model = tiny_model(arch)
+    x = torch.randint(0, model.config.vocab_size, (4, LENGTH), generator=torch.Generator().manual_seed(5))
+    seen = []
+    hook = model.block.mlp.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[:-1].numel()))
+    with torch.no_grad():
+        threshold = varied_threshold(model, x)
+        seen.clear()
+        _, used = model.forward_early_exit(x, threshold, rounds=ROUNDS)
+        assert sum(seen) == int(used.sum()) < x.numel() * ROUNDS
+        seen.clear()
+        _, used, _ = decode_all(model, x, threshold)
+        assert sum(seen) == int(used.sum()) < x.numel() * ROUNDS
+    hook.remove()
+
+
+def test_selection_lays_out_each_rows_active_positions_padded_to_the_longest_row():
+    active = torch.tensor([[False, True, False, True],
+                           [False, False, False, False],
+                           [True, False, False, False]])
+    s = Selection.of(active)
+    assert s.rows.tolist() == [0, 2]
+    assert s.slots[0].tolist() == [1, 3] and s.slots[1, 0] == 0
+    assert s.valid.tolist() == [[True, True], [True, False]]
+    assert s.flat.tolist() == [1, 3, 8] == active.view(-1).nonzero().squeeze(1).tolist()
+    one = Selection.of(torch.tensor([[True], [False], [True]]))  # decoding: one position per row, no padding
+    assert one.rows.tolist() == [0, 2] and one.slots.tolist() == [[0], [0]] and one.valid is None
+
+
+@pytest.mark.parametrize("new", [1, 4])
+def test_attention_at_selected_positions_is_the_full_attention_there(new):
+    """With RoPE and QK-norm (the exit-gate and prelude-coda blocks use them): each selected query sees its own
+    row's keys up to its own position, rotated at its absolute position, after a cached prefix."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 2, bias=False, rope=True, qk_norm=True).double()
+    prefix, x = torch.randn(3, 5, 16, dtype=torch.double), torch.randn(3, new, 16, dtype=torch.double)
+    caches = [attn.new_cache(3, 16), attn.new_cache(3, 16)]
+    for cache in caches:
+        attn(prefix, cache=cache)
+    full = attn(x, cache=caches[0])
+    active = torch.rand(3, new, generator=torch.Generator().manual_seed(1)) < 0.6
+    active[1] = False
+    active[0, -1] = True
+    s = Selection.of(active)
+    out = attn.attend_selected(x[s.rows[:, None], s.slots], attn.keys_values(x), s.rows, s.slots, caches[1])
+    picked = out if s.valid is None else out[s.valid]
+    close(picked.reshape(-1, 16), full.reshape(-1, 16)[s.flat])
+    close(caches[1].keys[:, :, :5 + new], caches[0].keys[:, :, :5 + new])  # every position reached the cache
+    close(caches[1].values[:, :, :5 + new], caches[0].values[:, :, :5 + new])
