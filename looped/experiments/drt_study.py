@@ -91,7 +91,8 @@ def evaluate_run(run: RunSummary, tests: TestSets, *, diagnostic_per_bucket: int
     summary = id_ood(grid, (min(trained), max(trained)))
     lo, hi = rtask.trained_steps_range(config)
     diagnostic = None
-    if model.depth_mode == "per_step":  # the diagnostic resumes the core after its trained steps
+    # the diagnostic swaps the step (depth) embeddings of a per-step core: a row without them (trm) has none
+    if model.depth_mode == "per_step" and hasattr(model, "depth_embedding"):
         diagnostic = depth_embedding_diagnostic(model, per_bucket_subset(test, diagnostic_per_bucket),
                                                 grid.budgets, hi, batch_size=batch_size)
         diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))

@@ -1,0 +1,105 @@
+"""A new study in one file: does feedback (RLT-1) beat a plain Transformer past the training length on parity?
+
+A study is a `StudySpec` registered with the engine (looped.experiments.study): its axes, the `Study` that
+builds each run's config and scores it, its recipes. Planning, claiming, training, resuming, --status,
+--stop-after, --set and the `looped reproduce` sub-command come from the engine:
+
+    export LOOPED_PLUGINS=examples/study_plugin.py
+    looped reproduce feedback_parity --status
+    looped reproduce feedback_parity --seeds 1 --set train.max_steps=200 --out runs/feedback_parity
+    looped reproduce feedback_parity --write-recipes        # configs/feedback_parity/<row>.yaml
+
+tests/test_example_study.py runs it end to end at toy size with the shared study drivers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from looped.config import from_dict, merge
+from looped.eval.lengths import evaluate_lengths
+from looped.experiments.report import cell, finished, percent
+from looped.experiments.results import OVERRIDES, ResultTable
+from looped.experiments.study import Axis, Recipe, RunSummary, StudySpec, register_study
+from looped.io import atomic_write_text
+from looped.train import RunConfig, load_model
+from looped.train import checkpoint as ckpt
+
+ROWS = {  # row -> model section: the same width and total depth 2
+    "plain": {"arch": "rlt_baseline", "dim": 32, "heads": 4, "ffn_dim": 64, "layers": 2},
+    "rlt1": {"arch": "rlt", "dim": 32, "heads": 4, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
+             "feedback_interval": 1},
+}
+TEST_LENGTHS = [16, 64]  # inside and beyond the trained lengths (2-16)
+RECIPE = {
+    "task": {"kind": "sequence", "name": "parity", "train_lengths": [2, 16], "curriculum_start": 2,
+             "curriculum_fraction": 0.5, "same_length_batches": True},
+    "optim": {"lr": 1.0e-3, "warmup_steps": 20},
+    "train": {"batch_size": 32, "max_steps": 600, "eval_every": 100, "select": "best", "threads": 1,
+              "device": "cpu"},
+}
+COLUMNS = ["row", "seed", "parameters", "updates", *(f"accuracy_{n}" for n in TEST_LENGTHS), "train_seconds",
+           "status", "machine"]
+
+
+def recipe(row: str) -> dict:
+    return {"model": dict(ROWS[row]), **RECIPE}
+
+
+class FeedbackParity:
+    """Each (row, seed): train the recipe, score final-state accuracy at every test length."""
+
+    trains = True
+
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
+                 test_size: int = 256):
+        self.out, self.runs, self.overrides, self.test_size = out, runs, overrides or {}, test_size
+        self.results = ResultTable(out / "results.csv", COLUMNS, ["row", "seed"], extra=(OVERRIDES,))
+
+    def config(self, key: dict) -> RunConfig:
+        return from_dict(RunConfig, merge(merge(recipe(key["row"]), {"train": {"seed": key["seed"]}}),
+                                          self.overrides))
+
+    def folder(self, key: dict) -> Path:
+        return self.runs / key["row"] / f"seed{key['seed']}"
+
+    def failure_key(self, key: dict, config) -> dict:
+        return key
+
+    def prepare(self, plan: list[dict], log) -> None:
+        pass
+
+    def evaluate(self, key: dict, config, run: RunSummary, log) -> None:
+        model, _ = load_model(ckpt.run_checkpoint(run.folder, "best"))
+        scores = evaluate_lengths(model, "parity", lengths=TEST_LENGTHS, n=self.test_size, batch_size=64)
+        self.results.add({**key, "parameters": model.parameter_counts()["total"], "updates": run.updates,
+                          **{f"accuracy_{s['length']}": cell(s["final_state_accuracy"]) for s in scores},
+                          "train_seconds": f"{run.seconds:.1f}", "status": "ok"})
+
+    def report(self) -> None:
+        self.results.reload()
+        lines = ["# Feedback vs plain on parity (trained on 2-16 bits)", "",
+                 "| row | " + " | ".join(f"{n} bits, %" for n in TEST_LENGTHS) + " |",
+                 "|---|" + "---:|" * len(TEST_LENGTHS)]
+        for row in ROWS:
+            rows = finished(self.results.rows, row=row)
+            if rows:
+                lines.append(f"| {row} | " + " | ".join(percent([r[f"accuracy_{n}"] for r in rows])
+                                                        for n in TEST_LENGTHS) + " |")
+        atomic_write_text(self.out / "table.md", "\n".join(lines) + "\n")
+
+
+def recipes():
+    for row in ROWS:
+        yield Recipe(f"{row}.yaml", f"# feedback_parity row {row} (examples/study_plugin.py)\n", recipe(row))
+
+
+def toy(tmp: Path) -> dict:
+    return {"select": {"seed": (1,)}, "overrides": {"train": {"max_steps": 2, "eval_every": 1}},
+            "options": {"test_size": 8}}
+
+
+register_study(StudySpec(
+    name="feedback_parity", help="example plugin: RLT-1 vs a plain Transformer on parity past 16 bits",
+    axes=(Axis("row", "rows", tuple(ROWS), tuple(ROWS)), Axis("seed", "seeds", (1, 2, 3), cell=int)),
+    build=FeedbackParity, recipes=recipes, toy=toy, scales=("cpu",)))
