@@ -1,7 +1,8 @@
 """Architecture registry: name -> (config dataclass, model class).
 
-Registering is all a new architecture needs: the shared tests, the CLI (`looped params`, `train`, `eval`,
-`generate`) and the recipes look architectures up here.
+Registering is all a plugin architecture needs: the shared tests, the CLI (`looped params`, `train`, `eval`,
+`generate`) and the recipes look architectures up here. A built-in one also names its module in BUILTIN_MODULES
+(the registry imports its members by name, so no module of this package imports it back).
 
     @register("my_loop", MyLoopConfig, test_overrides={"dim": 32})
     class MyLoop(CausalLM): ...
