@@ -279,3 +279,26 @@ def test_atomic_writes_keep_the_old_file_on_failure_and_use_plain_permissions(tm
     finally:
         os.umask(mask)
     assert target.read_text() == "new\n" and target.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+
+
+def test_wall_time_is_logged_and_a_resume_continues_the_clock(corpus, tmp_path, monkeypatch):
+    """`looped plot --x seconds` plots against the run's training wall time: a resumed run must not restart it
+    at 0 (its curve would fold back on itself), and evaluation lines take the time of their update."""
+    from looped.eval.curves import series
+
+    clock = iter(range(0, 10_000, 10))  # every perf_counter call advances 10 s: the times are exact
+    import looped.train.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: float(next(clock)))
+    cfg = tiny_run_config(corpus, train={"max_steps": 6, "log_every": 1, "eval_every": 3})
+    train(cfg, tmp_path / "run").run(stop_after=3)
+    train(cfg, tmp_path / "run", resume=True).run()
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    seconds = [e["seconds"] for e in lines if "loss" in e]
+    assert len(seconds) == 6 and all(b > a for a, b in zip(seconds, seconds[1:])), seconds
+    xs, _ = series(lines, "val_loss", "seconds")
+    assert xs == [s for e, s in zip([e for e in lines if "loss" in e], seconds) if e["step"] in (3, 6)]
+    from looped.eval.curves import plot_runs
+
+    assert "@ seconds" in plot_runs([tmp_path / "run"], tmp_path / "curves.png", x="seconds")
+    assert (tmp_path / "curves.png").exists()

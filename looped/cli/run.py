@@ -407,8 +407,9 @@ def _add_plot(sub) -> None:
     p = sub.add_parser("plot", help="training curves of one or more runs side by side (PNG + text summary)")
     p.add_argument("runs", nargs="+", help="run folders (or their metrics.jsonl files)")
     p.add_argument("--metrics", nargs="+", help="default: loss, val_loss and the run's headline score")
-    p.add_argument("--x", default="step", choices=["step", "targets", "flops"],
-                   help="x axis (default step; flops: cumulative training FLOPs, LM runs)")
+    p.add_argument("--x", default="step", choices=["step", "targets", "flops", "seconds"],
+                   help="x axis (default step; flops: cumulative training FLOPs, LM runs; seconds: training wall "
+                        "time, evaluations included, over every process of a resumed run)")
     p.add_argument("--smooth", type=float, default=0.6, help="EMA weight for the training loss, 0 = raw (default 0.6)")
     p.add_argument("--labels", nargs="+", help="legend names, one per run (default: folder names)")
     p.add_argument("--out", help="PNG path (default: RUN/curves.png for one run, ./curves.png for several)")

@@ -23,8 +23,11 @@ from .plot_labels import describe_run, y_label
 
 # Shown when --metrics is not given: the training loss, the held-out loss, and the first headline score present.
 HEADLINE = ("val_bits_per_byte", "val_bits_per_symbol", "val_accuracy", "val_final_state_accuracy")
-X_AXES = ("step", "targets", "flops")  # flops: cumulative training FLOPs (the compute ledger; LM runs)
-X_LABELS = {"step": "optimizer update", "targets": "training targets", "flops": "training FLOPs"}
+# flops: cumulative training FLOPs (the compute ledger; LM runs); seconds: wall time of training, evaluations
+# included, summed over the processes of a resumed run (runs from before the field have none)
+X_AXES = ("step", "targets", "flops", "seconds")
+X_LABELS = {"step": "optimizer update", "targets": "training targets", "flops": "training FLOPs",
+            "seconds": "training wall time (s)"}
 
 
 class CurveError(ValueError):

@@ -202,6 +202,7 @@ class Trainer:
                                            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps)
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
         self.evaluated_step = self.saved_step = -1
+        self.seconds_before = 0.0  # wall time of earlier processes of this run (a resume continues the clock)
         self.run_id = new_run_id()  # a resume takes the checkpoint's
         if self.resume:
             self._restore(last)
@@ -291,6 +292,7 @@ class Trainer:
         self.run_id = meta.get("run_id") or self.run_id  # runs from before run ids get one now
         # checkpoints from before this field were written after their evaluation
         self.evaluated_step = meta.get("evaluated_step", meta["step"])
+        self.seconds_before = float(meta.get("train_seconds", 0.0))  # runs from before the field start at 0
         self.saved_step = self.step
         self._truncate_metrics(self.step)
         self.log(f"resumed {self.out_dir} at update {self.step}/{self.total_steps}")
@@ -349,6 +351,7 @@ class Trainer:
         bar = progress_bar(total=self.total_steps, initial=self.step, disable=not (self.progress and self.dist.main),
                            unit="upd", desc="train")
         last_eval = None
+        self.clock_start = time.perf_counter()
         try:
             window_start, window_targets = time.perf_counter(), 0
             while self.step < end:
@@ -362,7 +365,8 @@ class Trainer:
                     tps = window_targets / max(elapsed, 1e-9)
                     self._record({"step": self.step, "loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
                                   "grad_norm": grad_norm, "targets": self.step * self.targets_per_update,
-                                  "tokens_per_s": tps, **self._flops_so_far()})
+                                  "tokens_per_s": tps, "seconds": round(self._seconds(), 3),
+                                  **self._flops_so_far()})
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tps:,.0f}")
                     window_start, window_targets = time.perf_counter(), 0
                 bar.update(1)
@@ -384,6 +388,10 @@ class Trainer:
         shutdown(self.dist)
         return {"step": self.step, "total_steps": self.total_steps, "eval": last_eval,
                 "best_step": self.best_step, "best_loss": self.best_loss}
+
+    def _seconds(self) -> float:
+        """Wall time this run has trained (evaluations and checkpoints included), over every process of it."""
+        return self.seconds_before + time.perf_counter() - getattr(self, "clock_start", time.perf_counter())
 
     def _flops_so_far(self) -> dict:
         """Cumulative training FLOPs (the compute ledger) for a metrics line; nothing where they are not fixed."""
@@ -514,7 +522,7 @@ class Trainer:
         task_meta = {k: v for k, v in task_state.items() if not isinstance(v, torch.Tensor)}
         meta = {"step": self.step, "total_steps": self.total_steps, "targets": self.step * self.targets_per_update,
                 "best_loss": self.best_loss, "best_step": self.best_step, "world": self.dist.world,
-                "evaluated_step": self.evaluated_step, "run_id": self.run_id,
+                "evaluated_step": self.evaluated_step, "run_id": self.run_id, "train_seconds": self._seconds(),
                 "optim": optim_meta, "rng": rng_meta, "task": task_meta}
         ckpt.write_folder_atomically(self.checkpoints / which, {
             "config.json": ckpt.config_json(self.config),
