@@ -91,6 +91,12 @@ HAND_WORKED = {
     "stack_manipulation": [("abbaa-A-", "abba<EOS>"), ("a--", "<EOS>"), ("bAB", "bab<EOS>"), ("ab-B", "ba<EOS>"),
                            ("b-A-B", "b<EOS>")],
     "reverse_string": [("aabba", "abbaa"), ("a", "a"), ("ab", "ba")],
+    # (1 − 4)(−2) = 6; −2; (−1); 8; 3 + 2·2 = 7; 1 − (−2) = 3; ((−3) − 4)·2 = −14
+    "modular_arithmetic": [("((1-4)*-2)", "1"), ("3", "3"), ("-2", "3"), ("(4)", "4"), ("(-1)", "4"),
+                           ("(2*4)", "3"), ("(3+(2*2))", "2"), ("(1--2)", "3"), ("((-3-4)*2)", "1")],
+    # −x + 4 ≡ 1; x ≡ 3; −x ≡ 1; x + 3 ≡ 1; 2 − x ≡ 0; (x − 1) − (−4) ≡ 0
+    "solve_equation": [("((-x)+(4))=1", "3"), ("x=3", "3"), ("-x=1", "4"), ("(x+3)=1", "3"), ("(2-x)=0", "2"),
+                       ("((x-1)--4)=0", "2")],
     "duplicate_string": [("abaab", "abaababaab"), ("b", "bb")],
     "binary_addition": [("011+11", "1001"), ("1+1", "01"), ("0+0", "0"), ("01+1", "11"), ("11+11", "011")],
     "bucket_sort": [("421302214", "011222344"), ("4", "4"), ("40", "04")],
@@ -119,6 +125,38 @@ def test_generators_on_hand_worked_examples():
     pairs = {split_row(addition, i)[0]: split_row(addition, i)[1] for i in range(64)}
     assert pairs == {"0+0": "0", "0+1": "1", "1+0": "1", "1+1": "01"}
 
+
+
+def rows_of(name: str, length: int, n: int = 64, seed: int = 3) -> dict[str, str]:
+    """{input text: scored output text} of n rows of one length."""
+    batch = get_task(name).sample(np.random.default_rng(seed), n, length)
+    return dict(split_row(batch, i)[:2] for i in range(n))
+
+
+def test_bracketed_generators_on_hand_worked_examples():
+    """The shortest expressions are the grammar's terminals d, -d, (d), (-d); every one of them turns up."""
+    assert rows_of("modular_arithmetic", 1) == {d: d for d in "01234"}
+    assert rows_of("modular_arithmetic", 2) == {"-0": "0", "-1": "4", "-2": "3", "-3": "2", "-4": "1"}
+    assert rows_of("modular_arithmetic", 3) == {f"({d})": d for d in "01234"}
+    assert rows_of("modular_arithmetic", 4) == {"(-0)": "0", "(-1)": "4", "(-2)": "3", "(-3)": "2", "(-4)": "1"}
+    assert rows_of("solve_equation", 3) == {f"x={d}": d for d in "01234"}  # x = d
+    assert rows_of("solve_equation", 4) == {"-x=0": "0", "-x=1": "4", "-x=2": "3", "-x=3": "2", "-x=4": "1"}
+    five = rows_of("modular_arithmetic", 5, n=1500)  # (d op d): 5 x 3 x 5 = 75 expressions
+    assert len(five) == 75 and five["(3*4)"] == "2" and five["(1-3)"] == "3" and five["(4+4)"] == "3"
+
+
+def test_bracketed_inputs_follow_the_released_generator():
+    for length in (5, 12, 40, 173):
+        for text in rows_of("modular_arithmetic", length, n=32):
+            assert len(text) == length and text.count("(") == text.count(")")
+            assert set(text) <= set("01234+-*()")
+        for text in rows_of("solve_equation", length, n=32):
+            assert len(text) == length and text.count("x") == 1 and text[-2] == "=" and text[-1] in "01234"
+            assert "*" not in text  # + and − only: x has coefficient ±1, one solution
+    operators = "".join(rows_of("modular_arithmetic", 40, n=64))
+    assert all(op in operators for op in "+-*")
+    hidden = [text.index("x") for text in rows_of("solve_equation", 9, n=256)]  # the 7-symbol expression's digits
+    assert len(set(hidden)) >= 4  # the unknown is drawn from anywhere in the expression, not one fixed place
 
 def test_transduction_batch_by_hand():
     x = [encode_task_text("ab"), encode_task_text("b")]

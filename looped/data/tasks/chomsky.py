@@ -40,6 +40,7 @@ A, B = ord("a"), ord("b")
 ZERO = ord("0")
 POP, PUSH_A, PUSH_B = ord("-"), ord("A"), ord("B")  # stack_manipulation's actions
 PLUS, MINUS, TIMES = ord("+"), ord("-"), ord("*")
+LPAREN, RPAREN, UNKNOWN, EQUALS = ord("("), ord(")"), ord("x"), ord("=")  # the bracketed tasks' other symbols
 
 TRAIN_LENGTHS = range(1, 41)  # "ℓ ~ U(1, N), N = 40"
 TEST_LENGTHS = (50, 100, 200, 300, 500)  # a grid inside the paper's U(41, 500)
@@ -235,6 +236,89 @@ class ReverseStringTask(ChomskyTask):
         return x, x[:, ::-1]
 
 
+
+@register_task("modular_arithmetic")
+class ModularArithmeticTask(ChomskyTask):
+    """Evaluate a bracketed expression over the digits 0..4 and + − * modulo 5 (the paper's DCF "Modular
+    Arithmetic"; modular_arithmetic_simple is its flat, regular sibling). One scored digit; chance 1/5.
+
+    Input: exactly n symbols drawn by `bracket_expression`: n = 1..4 give d, -d, (d), (-d); a longer one is
+    (L op R) with |L| uniform in 1..n−4 and op uniform over + − *. A '-' first, after '(' or after an operator
+    negates the one digit that follows it; anywhere else it subtracts.
+
+    Example, n = 10: x = ((1-4)*-2) → ((1 − 4) · (−2)) mod 5 = 6 mod 5 = 1 → y = 1
+    """
+
+    level, paper_name = "DCF", "Modular Arithmetic"
+    chance_accuracy = 0.2
+
+    def _instances(self, rng, n, length):
+        rows = [bracket_expression(rng, length, (PLUS, MINUS, TIMES)) for _ in range(n)]
+        inputs = np.array([tokens for tokens, _ in rows], dtype=np.int64).reshape(n, length)
+        return inputs, np.array([ZERO + value for _, value in rows], dtype=np.int64).reshape(n, 1)
+
+
+@register_task("solve_equation")
+class SolveEquationTask(ChomskyTask):
+    """Solve an equation modulo 5 for its unknown x; output x as one digit 0..4. One scored digit; chance 1/5.
+
+    Input (n >= 3 symbols): a `bracket_expression` of n − 2 symbols over + and − only (no *, so x's coefficient
+    is ±1 and the solution unique), one of its digits replaced by 'x', then '=' and the expression's value. The
+    digit replaced is the first at or after a uniformly drawn position, wrapping around to the start: the
+    released generator's rule, which favours digits that follow a run of brackets and operators. Lengths 1 and
+    2 hold no equation (the released generator fills them with zeros), so training draws n uniform in 3..40.
+
+    Example, n = 12: x = ((-x)+(4))=1 → −x + 4 ≡ 1 (mod 5) → x = 3 → y = 3
+    """
+
+    level, paper_name = "DCF", "Solve Equation"
+    chance_accuracy = 0.2
+    min_length = 3
+    train_lengths = range(3, 41)
+
+    def _instances(self, rng, n, length):
+        inputs = np.empty((n, length), dtype=np.int64)
+        solutions = np.empty((n, 1), dtype=np.int64)
+        for i in range(n):
+            tokens, value = bracket_expression(rng, length - 2, (PLUS, MINUS))
+            start = int(rng.integers(len(tokens)))
+            hidden = next(k % len(tokens) for k in range(start, start + len(tokens))
+                          if ZERO <= tokens[k % len(tokens)] < ZERO + 5)
+            solutions[i, 0], tokens[hidden] = tokens[hidden], UNKNOWN
+            inputs[i] = tokens + [EQUALS, ZERO + value]
+        return inputs, solutions
+
+
+def bracket_expression(rng: np.random.Generator, length: int, operators: Sequence[int]) -> tuple[list[int], int]:
+    """An expression of exactly `length` symbols and its value modulo 5, by the grammar of the paper's released
+    generator (tasks/dcf/modular_arithmetic_brackets.py): lengths 1..4 are a digit d, -d, (d) and (-d); a longer
+    one is (L op R) with |L| uniform in 1..length−4, R the other length − 3 − |L| symbols and op uniform over
+    `operators`. Written from an explicit work list rather than by recursion (a length-4096 expression nests
+    about 1,000 deep), and valued as it is written: each operation is applied once both operands are done."""
+    tokens: list[int] = []
+    values: list[int] = []  # values of the finished subexpressions, the latest last
+    todo: list[tuple[str, int]] = [("expression", length)]
+    while todo:
+        kind, arg = todo.pop()
+        if kind == "symbol":
+            tokens.append(arg)
+        elif kind == "apply":
+            right, left = values.pop(), values.pop()
+            values.append((left + right if arg == PLUS else left - right if arg == MINUS else left * right) % 5)
+        elif arg <= 4:  # d, -d, (d), (-d)
+            digit = int(rng.integers(5))
+            negated, bracketed = arg % 2 == 0, arg >= 3
+            tokens += [LPAREN] * bracketed + [MINUS] * negated + [ZERO + digit] + [RPAREN] * bracketed
+            values.append(-digit % 5 if negated else digit)
+        else:
+            left = int(rng.integers(1, arg - 3))
+            op = int(operators[int(rng.integers(len(operators)))])
+            # taken from the end: "(", L, op, R, the value of L op R, ")"
+            todo += [("symbol", RPAREN), ("apply", op), ("expression", arg - 3 - left), ("symbol", op),
+                     ("expression", left), ("symbol", LPAREN)]
+    return tokens, values[0]
+
+# Grouped by level: R, DCF, CS.
 SUITE: tuple[str, ...] = ("even_pairs", "parity_check", "cycle_navigation", "modular_arithmetic_simple",
-                          "stack_manipulation", "reverse_string", "duplicate_string", "binary_addition",
-                          "bucket_sort")
+                          "stack_manipulation", "reverse_string", "modular_arithmetic", "solve_equation",
+                          "duplicate_string", "binary_addition", "bucket_sort")

@@ -62,6 +62,41 @@ def solve_reverse_string(text: str) -> str:
     return "".join(reversed(text))
 
 
+def solve_modular_arithmetic(text: str) -> str:
+    return str(_evaluate_bracketed(text) % 5)
+
+
+def solve_equation(text: str) -> str:
+    """Try the five values of x and keep those that make both sides equal modulo 5; the generator instead
+    remembers the digit it hid. Answers every root found, so an equation with no root or two fails the test."""
+    left, right = text.split("=")
+    return "".join(x for x in "01234" if _evaluate_bracketed(left.replace("x", x)) % 5 == int(right))
+
+
+def _evaluate_bracketed(text: str) -> int:
+    """Dijkstra's two-stack evaluation of a bracketed expression, over exact integers (the generator reduces
+    modulo 5 after every operation, as it writes the expression). Every operation has its own brackets, so a ')'
+    completes at most one; a '-' first, after '(' or after an operator negates the digit after it."""
+    values: list[int] = []
+    pending: list[str] = []  # '(' and binary operators not yet applied
+    negate, previous = False, ""
+    for symbol in text:
+        if symbol.isdigit():
+            values.append(-int(symbol) if negate else int(symbol))
+            negate = False
+        elif symbol == "-" and previous in ("", "(", "+", "-", "*"):
+            negate = True
+        elif symbol == ")":
+            if pending[-1] != "(":
+                op, right, left = pending.pop(), values.pop(), values.pop()
+                values.append(left + right if op == "+" else left - right if op == "-" else left * right)
+            pending.pop()
+        else:
+            pending.append(symbol)
+        previous = symbol
+    (value,) = values
+    return value
+
 def solve_duplicate_string(text: str) -> str:
     return text * 2
 
@@ -80,5 +115,6 @@ def solve_bucket_sort(text: str) -> str:
 SOLVERS = {"even_pairs": solve_even_pairs, "parity_check": solve_parity_check,
            "cycle_navigation": solve_cycle_navigation, "modular_arithmetic_simple": solve_modular_arithmetic_simple,
            "stack_manipulation": solve_stack_manipulation, "reverse_string": solve_reverse_string,
+           "modular_arithmetic": solve_modular_arithmetic, "solve_equation": solve_equation,
            "duplicate_string": solve_duplicate_string, "binary_addition": solve_binary_addition,
            "bucket_sort": solve_bucket_sort}
