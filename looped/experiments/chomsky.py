@@ -34,7 +34,11 @@ PUBLISHED: dict[str, dict[str, float | None]] = {
     "modular_arithmetic": {"transformer": None, "lstm": None},  # not found here
     "solve_equation": {"transformer": None, "lstm": None},  # not found here
     "duplicate_string": {"transformer": 52.8, "lstm": 57.6},
+    "missing_duplicate": {"transformer": None, "lstm": None},  # not found here
+    "odds_first": {"transformer": None, "lstm": None},  # not found here
     "binary_addition": {"transformer": None, "lstm": None},  # not found here
+    "binary_multiplication": {"transformer": None, "lstm": None},  # not found here
+    "compute_sqrt": {"transformer": None, "lstm": None},  # not found here
     "bucket_sort": {"transformer": None, "lstm": None},  # not found here
 }
 

@@ -321,4 +321,5 @@ def bracket_expression(rng: np.random.Generator, length: int, operators: Sequenc
 # Grouped by level: R, DCF, CS.
 SUITE: tuple[str, ...] = ("even_pairs", "parity_check", "cycle_navigation", "modular_arithmetic_simple",
                           "stack_manipulation", "reverse_string", "modular_arithmetic", "solve_equation",
-                          "duplicate_string", "binary_addition", "bucket_sort")
+                          "duplicate_string", "missing_duplicate", "odds_first", "binary_addition",
+                          "binary_multiplication", "compute_sqrt", "bucket_sort")
