@@ -13,6 +13,9 @@ Where the numbers were read (only what was found is filled in; None means "not f
   * The text also says (Section 5.3, Appendix B.1) that LSTMs solve every regular task on every seed and Bucket
     Sort "almost perfectly", and (Section 5.4) that Transformers solve Even Pairs and Bucket Sort; those claims
     are no numbers, so their cells stay None.
+  * The six tasks added with issue 31 §2.2's second part (modular_arithmetic, solve_equation, missing_duplicate,
+    odds_first, binary_multiplication, compute_sqrt): Table 2 was still not readable here (the stored copies of
+    the paper hold its opening pages only) and no reprint of their rows was found, so all twelve cells are None.
 
 Note the paper's Transformer is a bidirectional encoder reading the whole input and the ∅ tokens; our rows are
 causal, which the ∅ format makes fair (every output position sees the whole input) but not identical.

@@ -1,9 +1,10 @@
-"""The external length-generalisation suite: nine transduction tasks of Delétang et al., "Neural Networks and the
-Chomsky Hierarchy" (ICLR 2023, arXiv 2207.02098), as `sequence` tasks.
+"""The external length-generalisation suite: the fifteen transduction tasks of Delétang et al., "Neural Networks
+and the Chomsky Hierarchy" (ICLR 2023, arXiv 2207.02098), as `sequence` tasks.
 
     regular (R)                      even_pairs, parity_check, cycle_navigation, modular_arithmetic_simple
-    deterministic context-free (DCF) stack_manipulation, reverse_string
-    context-sensitive (CS)           duplicate_string, binary_addition, bucket_sort   (in chomsky_cs.py)
+    deterministic context-free (DCF) stack_manipulation, reverse_string, modular_arithmetic, solve_equation
+    context-sensitive (CS)           duplicate_string, missing_duplicate, odds_first, binary_addition,
+                                     binary_multiplication, compute_sqrt, bucket_sort   (in chomsky_cs.py)
 
 Row format (the paper's, Section 4 and Appendix A.3: an input x, then |y| empty tokens ∅ from which the model
 must emit y; outputs are never fed back):
@@ -12,17 +13,23 @@ must emit y; outputs are never fed back):
     targets:  –   –  …  –  y_1 y_2 … y_m       scored: exactly the m ∅ positions
 
 A causal model therefore reads the whole input before its first scored position, as the paper's encoder does;
-the number of ∅ tokens tells it |y| (the paper's setup too). Length n is the input length the paper samples: train
-on n uniform in 1..40, test above 40. The paper averages over every n in 41..500; our grid is 50, 100, 200, 300,
-500 (`test_lengths`), averaged with equal weight (`looped lengths` reports that mean as `score`). The headline
-metric is per-token accuracy on the outputs (`prefix_token_accuracy`: scored positions pooled over the rows of a
-length; the paper averages each row's share first, which differs only where output lengths vary within a length:
-stack_manipulation and binary_addition).
+the number of ∅ tokens tells it |y| (the paper's setup too, except where its output is padded to a fixed length:
+binary_multiplication). Length n is the input length the paper samples: train on n uniform in 1..40 (from the
+shortest length a task has rows for), test above 40. The paper averages over every n in 41..500; our grid is 50,
+100, 200, 300, 500 (`test_lengths`), averaged with equal weight (`looped lengths` reports that mean as `score`).
+The headline metric is per-token accuracy on the outputs (`prefix_token_accuracy`: scored positions pooled over
+the rows of a length; the paper averages each row's share first, which differs only where output lengths vary
+within a length: stack_manipulation, binary_addition and binary_multiplication).
 
-Symbols: binary strings are ASCII 'a'/'b' (the paper's alphabet), numbers and bits ASCII digits. Each task's
-class docstring gives its input, output, chance accuracy (uniform guessing over its output alphabet) and an
-example. The answers here are computed by vectorised or list code; chomsky_reference.py recomputes every one from
-the rendered text by a different method, and the tests compare the two.
+Symbols: binary strings are ASCII 'a'/'b' (the paper's alphabet), numbers and bits ASCII digits; expressions use
++ - * ( ) and, for solve_equation, x and =; missing_duplicate hides its symbol as '?' and pads with '_'. Each
+task's class docstring gives its input, output, chance accuracy (uniform guessing over its output alphabet) and
+an example. The six tasks added last (modular_arithmetic, solve_equation, missing_duplicate, odds_first,
+binary_multiplication, compute_sqrt) follow the sampling of the paper's released generators
+(github.com/google-deepmind/neural_networks_chomsky_hierarchy, tasks/dcf and tasks/cs; the experiments' task
+table there builds modular_arithmetic with multiplication); each docstring says where it departs from them. The
+answers here are computed by vectorised or list code; chomsky_reference.py recomputes every one from the
+rendered text by a different method, and the tests compare the two.
 """
 
 from __future__ import annotations
@@ -240,7 +247,8 @@ class ReverseStringTask(ChomskyTask):
 @register_task("modular_arithmetic")
 class ModularArithmeticTask(ChomskyTask):
     """Evaluate a bracketed expression over the digits 0..4 and + − * modulo 5 (the paper's DCF "Modular
-    Arithmetic"; modular_arithmetic_simple is its flat, regular sibling). One scored digit; chance 1/5.
+    Arithmetic"; modular_arithmetic_simple is its flat, regular sibling). One scored digit; chance 1/5. The
+    released generator offers + − only by default; its experiments' task table switches * on, as here.
 
     Input: exactly n symbols drawn by `bracket_expression`: n = 1..4 give d, -d, (d), (-d); a longer one is
     (L op R) with |L| uniform in 1..n−4 and op uniform over + − *. A '-' first, after '(' or after an operator

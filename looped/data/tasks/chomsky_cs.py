@@ -128,10 +128,11 @@ class BinaryMultiplicationTask(ChomskyTask):
     Input: a '*' b, n symbols in all (the released generator counts the '*'): a has k bits, k uniform in 1..n−2,
     b the other n − 1 − k; each operand is uniform over 1..2^width − 1 written in exactly `width` bits, so its
     last (most significant) bits may be 0. Output: the product's bits, least significant first, without trailing
-    zeros, then EOS: the released task's termination token, which it scores too (it pads its output to n tokens
-    after EOS and leaves the padding unscored; one ∅ per scored token needs none). Scored: the product and EOS,
-    at most n tokens; chance 1/3 (0, 1, EOS). Lengths 1 and 2 hold no product (the released generator fills
-    them with constants), so training draws n uniform in 3..40.
+    zeros, then EOS: the released task's termination token, which it scores too. It pads its output to n tokens
+    after EOS and leaves the padding unscored; one ∅ per scored token needs no padding, but tells the model the
+    product's length, which the padded output does not. Scored: the product and EOS, at most n tokens; chance 1/3
+    (0, 1, EOS). Lengths 1 and 2 hold no product (the released generator fills them with constants), so training
+    draws n uniform in 3..40.
 
     Example, n = 6: x = 011*11 (6 · 3) → 18 = 10010 → y = 01001<EOS>
     """
