@@ -91,7 +91,21 @@ HAND_WORKED = {
     "stack_manipulation": [("abbaa-A-", "abba<EOS>"), ("a--", "<EOS>"), ("bAB", "bab<EOS>"), ("ab-B", "ba<EOS>"),
                            ("b-A-B", "b<EOS>")],
     "reverse_string": [("aabba", "abbaa"), ("a", "a"), ("ab", "ba")],
+    # (1 − 4)(−2) = 6; −2; (−1); 8; 3 + 2·2 = 7; 1 − (−2) = 3; ((−3) − 4)·2 = −14
+    "modular_arithmetic": [("((1-4)*-2)", "1"), ("3", "3"), ("-2", "3"), ("(4)", "4"), ("(-1)", "4"),
+                           ("(2*4)", "3"), ("(3+(2*2))", "2"), ("(1--2)", "3"), ("((-3-4)*2)", "1")],
+    # −x + 4 ≡ 1; x ≡ 3; −x ≡ 1; x + 3 ≡ 1; 2 − x ≡ 0; (x − 1) − (−4) ≡ 0
+    "solve_equation": [("((-x)+(4))=1", "3"), ("x=3", "3"), ("-x=1", "4"), ("(x+3)=1", "3"), ("(2-x)=0", "2"),
+                       ("((x-1)--4)=0", "2")],
     "duplicate_string": [("abaab", "abaababaab"), ("b", "bb")],
+    "missing_duplicate": [("bab?ab_", "b"), ("abb?bb", "a"), ("?b_", "b"), ("a?", "a"), ("abab?bab", "a")],
+    "odds_first": [("aaabaa", "aaaaba"), ("abbab", "abbba"), ("bab", "bba"), ("a", "a"), ("ab", "ab")],
+    # 6 · 3 = 18 = 10010; 1 · 1; 2 · 3 = 6 = 110; 3 · 5 = 15 = 1111; 1 · 12 = 12 = 1100 (all written reversed)
+    "binary_multiplication": [("011*11", "01001<EOS>"), ("1*1", "1<EOS>"), ("01*11", "011<EOS>"),
+                              ("11*101", "1111<EOS>"), ("10*0011", "0011<EOS>")],
+    # √37 → 6; √7 → 2; √1 in 2 bits; √255 → 15; √16 → 4
+    "compute_sqrt": [("100101", "110"), ("111", "10"), ("0001", "01"), ("11111111", "1111"), ("10000", "100"),
+                     ("1", "1")],
     "binary_addition": [("011+11", "1001"), ("1+1", "01"), ("0+0", "0"), ("01+1", "11"), ("11+11", "011")],
     "bucket_sort": [("421302214", "011222344"), ("4", "4"), ("40", "04")],
 }
@@ -119,6 +133,71 @@ def test_generators_on_hand_worked_examples():
     pairs = {split_row(addition, i)[0]: split_row(addition, i)[1] for i in range(64)}
     assert pairs == {"0+0": "0", "0+1": "1", "1+0": "1", "1+1": "01"}
 
+
+
+def rows_of(name: str, length: int, n: int = 64, seed: int = 3) -> dict[str, str]:
+    """{input text: scored output text} of n rows of one length."""
+    batch = get_task(name).sample(np.random.default_rng(seed), n, length)
+    return dict(split_row(batch, i)[:2] for i in range(n))
+
+
+def test_bracketed_generators_on_hand_worked_examples():
+    """The shortest expressions are the grammar's terminals d, -d, (d), (-d); every one of them turns up."""
+    assert rows_of("modular_arithmetic", 1) == {d: d for d in "01234"}
+    assert rows_of("modular_arithmetic", 2) == {"-0": "0", "-1": "4", "-2": "3", "-3": "2", "-4": "1"}
+    assert rows_of("modular_arithmetic", 3) == {f"({d})": d for d in "01234"}
+    assert rows_of("modular_arithmetic", 4) == {"(-0)": "0", "(-1)": "4", "(-2)": "3", "(-3)": "2", "(-4)": "1"}
+    assert rows_of("solve_equation", 3) == {f"x={d}": d for d in "01234"}  # x = d
+    assert rows_of("solve_equation", 4) == {"-x=0": "0", "-x=1": "4", "-x=2": "3", "-x=3": "2", "-x=4": "1"}
+    five = rows_of("modular_arithmetic", 5, n=1500)  # (d op d): 5 x 3 x 5 = 75 expressions
+    assert len(five) == 75 and five["(3*4)"] == "2" and five["(1-3)"] == "3" and five["(4+4)"] == "3"
+
+
+def test_bracketed_inputs_follow_the_released_generator():
+    for length in (5, 12, 40, 173):
+        for text in rows_of("modular_arithmetic", length, n=32):
+            assert len(text) == length and text.count("(") == text.count(")")
+            assert set(text) <= set("01234+-*()")
+        for text in rows_of("solve_equation", length, n=32):
+            assert len(text) == length and text.count("x") == 1 and text[-2] == "=" and text[-1] in "01234"
+            assert "*" not in text  # + and − only: x has coefficient ±1, one solution
+    operators = "".join(rows_of("modular_arithmetic", 40, n=64))
+    assert all(op in operators for op in "+-*")
+    hidden = [text.index("x") for text in rows_of("solve_equation", 9, n=256)]  # the 7-symbol expression's digits
+    assert len(set(hidden)) >= 4  # the unknown is drawn from anywhere in the expression, not one fixed place
+
+
+def test_context_sensitive_generators_on_hand_worked_examples():
+    """Short lengths, where every input turns up in a few hundred draws."""
+    assert rows_of("missing_duplicate", 2) == {"?a": "a", "?b": "b", "a?": "a", "b?": "b"}
+    assert rows_of("missing_duplicate", 3) == {"?a_": "a", "?b_": "b", "a?_": "a", "b?_": "b"}
+    assert rows_of("odds_first", 3) == {"aaa": "aaa", "aab": "aba", "aba": "aab", "abb": "abb", "baa": "baa",
+                                        "bab": "bba", "bba": "bab", "bbb": "bbb"}
+    assert rows_of("binary_multiplication", 3) == {"1*1": "1<EOS>"}  # one-bit operands are never 0
+    assert rows_of("binary_multiplication", 4) == {  # 1·1, 1·2, 1·3 and back
+        "1*10": "1<EOS>", "1*01": "01<EOS>", "1*11": "11<EOS>", "10*1": "1<EOS>", "01*1": "01<EOS>",
+        "11*1": "11<EOS>"}
+    assert rows_of("compute_sqrt", 3, n=256) == {  # √1..√7: 1, 1, 1, 2, 2, 2, 2 in two bits
+        "001": "01", "010": "01", "011": "01", "100": "10", "101": "10", "110": "10", "111": "10"}
+
+
+def test_context_sensitive_inputs_and_outputs_follow_the_released_generators():
+    for length in (5, 12, 40, 173):
+        for text, answer in rows_of("missing_duplicate", length, n=32).items():
+            assert len(text) == length and text.count("?") == 1 and answer in "ab"
+            assert text.endswith("_") == (length % 2 == 1) and text.count("_") == length % 2
+        for text, answer in rows_of("binary_multiplication", length, n=32).items():
+            assert len(text) == length and text.count("*") == 1  # n symbols, the '*' included
+            assert answer.endswith("<EOS>") and answer[-6] == "1" and len(answer) - 4 <= length
+        for text, answer in rows_of("compute_sqrt", length, n=32).items():
+            assert len(text) == length and len(answer) == (length + 1) // 2 and "1" in text
+        assert all(len(answer) == length for answer in rows_of("odds_first", length, n=8).values())
+    hidden = [text.index("?") for text in rows_of("missing_duplicate", 8, n=256)]
+    assert set(hidden) == set(range(8))  # either copy, any position
+    widths = {text.index("*") for text in rows_of("binary_multiplication", 9, n=256)}
+    assert widths == set(range(1, 8))  # a has 1..n−2 bits
+    leading_zero = [text for text in rows_of("compute_sqrt", 12, n=256) if text.startswith("0")]
+    assert leading_zero  # uniform over 1..2^n − 1 in n bits: half the numbers are under 2^(n−1)
 
 def test_transduction_batch_by_hand():
     x = [encode_task_text("ab"), encode_task_text("b")]
@@ -173,3 +252,4 @@ def test_published_table_names_only_suite_tasks():
     assert all(set(row) == {"transformer", "lstm"} for row in PUBLISHED.values())
     assert PUBLISHED["parity_check"] == {"transformer": 52.0, "lstm": 100.0}  # percent, as the paper prints them
     assert PUBLISHED["bucket_sort"] == {"transformer": None, "lstm": None}  # not found here: no number invented
+    assert PUBLISHED["compute_sqrt"] == {"transformer": None, "lstm": None}

@@ -13,6 +13,9 @@ Where the numbers were read (only what was found is filled in; None means "not f
   * The text also says (Section 5.3, Appendix B.1) that LSTMs solve every regular task on every seed and Bucket
     Sort "almost perfectly", and (Section 5.4) that Transformers solve Even Pairs and Bucket Sort; those claims
     are no numbers, so their cells stay None.
+  * The six tasks added with issue 31 §2.2's second part (modular_arithmetic, solve_equation, missing_duplicate,
+    odds_first, binary_multiplication, compute_sqrt): Table 2 was still not readable here (the stored copies of
+    the paper hold its opening pages only) and no reprint of their rows was found, so all twelve cells are None.
 
 Note the paper's Transformer is a bidirectional encoder reading the whole input and the ∅ tokens; our rows are
 causal, which the ∅ format makes fair (every output position sees the whole input) but not identical.
@@ -31,8 +34,14 @@ PUBLISHED: dict[str, dict[str, float | None]] = {
     "modular_arithmetic_simple": {"transformer": 24.2, "lstm": 100.0},
     "stack_manipulation": {"transformer": 57.5, "lstm": 59.1},
     "reverse_string": {"transformer": 62.3, "lstm": 60.9},
+    "modular_arithmetic": {"transformer": None, "lstm": None},  # not found here
+    "solve_equation": {"transformer": None, "lstm": None},  # not found here
     "duplicate_string": {"transformer": 52.8, "lstm": 57.6},
+    "missing_duplicate": {"transformer": None, "lstm": None},  # not found here
+    "odds_first": {"transformer": None, "lstm": None},  # not found here
     "binary_addition": {"transformer": None, "lstm": None},  # not found here
+    "binary_multiplication": {"transformer": None, "lstm": None},  # not found here
+    "compute_sqrt": {"transformer": None, "lstm": None},  # not found here
     "bucket_sort": {"transformer": None, "lstm": None},  # not found here
 }
 

@@ -147,7 +147,7 @@ def register_task(name: str):
 
 # Loaded by module name (their @register_task decorators fill _TASKS), so no task module imports a module
 # that imports it. A new task is its module plus its name here.
-BUILTIN_MODULES = ("addition", "parity", "mod5", "s5", "graph", "boolean", "family", "chomsky")
+BUILTIN_MODULES = ("addition", "parity", "mod5", "s5", "graph", "boolean", "family", "chomsky", "chomsky_cs")
 
 
 def _load_builtin() -> None:

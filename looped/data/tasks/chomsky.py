@@ -1,9 +1,10 @@
-"""The external length-generalisation suite: nine transduction tasks of Delétang et al., "Neural Networks and the
-Chomsky Hierarchy" (ICLR 2023, arXiv 2207.02098), as `sequence` tasks.
+"""The external length-generalisation suite: the fifteen transduction tasks of Delétang et al., "Neural Networks
+and the Chomsky Hierarchy" (ICLR 2023, arXiv 2207.02098), as `sequence` tasks.
 
     regular (R)                      even_pairs, parity_check, cycle_navigation, modular_arithmetic_simple
-    deterministic context-free (DCF) stack_manipulation, reverse_string
-    context-sensitive (CS)           duplicate_string, binary_addition, bucket_sort
+    deterministic context-free (DCF) stack_manipulation, reverse_string, modular_arithmetic, solve_equation
+    context-sensitive (CS)           duplicate_string, missing_duplicate, odds_first, binary_addition,
+                                     binary_multiplication, compute_sqrt, bucket_sort   (in chomsky_cs.py)
 
 Row format (the paper's, Section 4 and Appendix A.3: an input x, then |y| empty tokens ∅ from which the model
 must emit y; outputs are never fed back):
@@ -12,17 +13,23 @@ must emit y; outputs are never fed back):
     targets:  –   –  …  –  y_1 y_2 … y_m       scored: exactly the m ∅ positions
 
 A causal model therefore reads the whole input before its first scored position, as the paper's encoder does;
-the number of ∅ tokens tells it |y| (the paper's setup too). Length n is the input length the paper samples: train
-on n uniform in 1..40, test above 40. The paper averages over every n in 41..500; our grid is 50, 100, 200, 300,
-500 (`test_lengths`), averaged with equal weight (`looped lengths` reports that mean as `score`). The headline
-metric is per-token accuracy on the outputs (`prefix_token_accuracy`: scored positions pooled over the rows of a
-length; the paper averages each row's share first, which differs only where output lengths vary within a length:
-stack_manipulation and binary_addition).
+the number of ∅ tokens tells it |y| (the paper's setup too, except where its output is padded to a fixed length:
+binary_multiplication). Length n is the input length the paper samples: train on n uniform in 1..40 (from the
+shortest length a task has rows for), test above 40. The paper averages over every n in 41..500; our grid is 50,
+100, 200, 300, 500 (`test_lengths`), averaged with equal weight (`looped lengths` reports that mean as `score`).
+The headline metric is per-token accuracy on the outputs (`prefix_token_accuracy`: scored positions pooled over
+the rows of a length; the paper averages each row's share first, which differs only where output lengths vary
+within a length: stack_manipulation, binary_addition and binary_multiplication).
 
-Symbols: binary strings are ASCII 'a'/'b' (the paper's alphabet), numbers and bits ASCII digits. Each task's
-class docstring gives its input, output, chance accuracy (uniform guessing over its output alphabet) and an
-example. The answers here are computed by vectorised or list code; chomsky_reference.py recomputes every one from
-the rendered text by a different method, and the tests compare the two.
+Symbols: binary strings are ASCII 'a'/'b' (the paper's alphabet), numbers and bits ASCII digits; expressions use
++ - * ( ) and, for solve_equation, x and =; missing_duplicate hides its symbol as '?' and pads with '_'. Each
+task's class docstring gives its input, output, chance accuracy (uniform guessing over its output alphabet) and
+an example. The six tasks added last (modular_arithmetic, solve_equation, missing_duplicate, odds_first,
+binary_multiplication, compute_sqrt) follow the sampling of the paper's released generators
+(github.com/google-deepmind/neural_networks_chomsky_hierarchy, tasks/dcf and tasks/cs; the experiments' task
+table there builds modular_arithmetic with multiplication); each docstring says where it departs from them. The
+answers here are computed by vectorised or list code; chomsky_reference.py recomputes every one from the
+rendered text by a different method, and the tests compare the two.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ A, B = ord("a"), ord("b")
 ZERO = ord("0")
 POP, PUSH_A, PUSH_B = ord("-"), ord("A"), ord("B")  # stack_manipulation's actions
 PLUS, MINUS, TIMES = ord("+"), ord("-"), ord("*")
+LPAREN, RPAREN, UNKNOWN, EQUALS = ord("("), ord(")"), ord("x"), ord("=")  # the bracketed tasks' other symbols
 
 TRAIN_LENGTHS = range(1, 41)  # "ℓ ~ U(1, N), N = 40"
 TEST_LENGTHS = (50, 100, 200, 300, 500)  # a grid inside the paper's U(41, 500)
@@ -97,7 +105,7 @@ def transduction_batch(inputs: Sequence[Sequence[int]] | np.ndarray, outputs: Se
     return to_batch(tokens, targets, mask, np.array([len(r) for r in rows]), length)
 
 
-def _letters(rng: np.random.Generator, n: int, length: int) -> np.ndarray:
+def letters(rng: np.random.Generator, n: int, length: int) -> np.ndarray:
     """(n, length) uniform 'a'/'b' tokens."""
     return rng.integers(0, 2, size=(n, length)) + A
 
@@ -118,7 +126,7 @@ class EvenPairsTask(ChomskyTask):
     chance_accuracy = 0.5
 
     def _instances(self, rng, n, length):
-        x = _letters(rng, n, length)
+        x = letters(rng, n, length)
         changes = (x[:, 1:] != x[:, :-1]).sum(1)  # every change of letter is one ab or one ba
         return x, np.where(changes % 2 == 0, B, A)[:, None]
 
@@ -135,7 +143,7 @@ class ParityCheckTask(ChomskyTask):
     chance_accuracy = 0.5
 
     def _instances(self, rng, n, length):
-        x = _letters(rng, n, length)
+        x = letters(rng, n, length)
         odd = (x == B).sum(1) % 2
         return x, np.where(odd == 0, B, A)[:, None]
 
@@ -208,7 +216,7 @@ class StackManipulationTask(ChomskyTask):
         inputs, outputs = [], []
         for _ in range(n):
             k = int(rng.integers(1, length + 1))
-            stack = list(_letters(rng, 1, k)[0])
+            stack = list(letters(rng, 1, k)[0])
             actions = np.array([POP, PUSH_A, PUSH_B])[rng.integers(0, 3, size=length - k)]
             inputs.append(stack + list(actions))
             for action in actions:
@@ -231,88 +239,95 @@ class ReverseStringTask(ChomskyTask):
     chance_accuracy = 0.5
 
     def _instances(self, rng, n, length):
-        x = _letters(rng, n, length)
+        x = letters(rng, n, length)
         return x, x[:, ::-1]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Context-sensitive tasks.
 
+@register_task("modular_arithmetic")
+class ModularArithmeticTask(ChomskyTask):
+    """Evaluate a bracketed expression over the digits 0..4 and + − * modulo 5 (the paper's DCF "Modular
+    Arithmetic"; modular_arithmetic_simple is its flat, regular sibling). One scored digit; chance 1/5. The
+    released generator offers + − only by default; its experiments' task table switches * on, as here.
 
-@register_task("duplicate_string")
-class DuplicateStringTask(ChomskyTask):
-    """Output a string over {a, b} twice. 2n scored tokens; chance 1/2.
+    Input: exactly n symbols drawn by `bracket_expression`: n = 1..4 give d, -d, (d), (-d); a longer one is
+    (L op R) with |L| uniform in 1..n−4 and op uniform over + − *. A '-' first, after '(' or after an operator
+    negates the one digit that follows it; anywhere else it subtracts.
 
-    Example, n = 5: x = abaab → y = abaababaab
+    Example, n = 10: x = ((1-4)*-2) → ((1 − 4) · (−2)) mod 5 = 6 mod 5 = 1 → y = 1
     """
 
-    level, paper_name = "CS", "Duplicate String"
-    chance_accuracy = 0.5
-
-    def _instances(self, rng, n, length):
-        x = _letters(rng, n, length)
-        return x, np.concatenate([x, x], axis=1)
-
-
-@register_task("binary_addition")
-class BinaryAdditionTask(ChomskyTask):
-    """Add two binary numbers written least-significant bit first.
-
-    Input: a '+' b, with n bits in all (a has k bits, k uniform in 1..n−1, b the other n − k; a number of more
-    than one bit has its most significant bit 1), so n >= 2. Output: the bits of a + b, least significant first,
-    without superfluous zeros (max(width) or max(width) + 1 bits). Scored: every output bit; chance 1/2.
-
-    Example, n = 5: x = 011+11 (6 + 3) → 9 = 1001 → y = 1001
-    """
-
-    level, paper_name = "CS", "Binary Addition"
-    chance_accuracy = 0.5
-    min_length = 2
-    train_lengths = range(2, 41)
-
-    def _instances(self, rng, n, length):
-        inputs, outputs = [], []
-        for _ in range(n):
-            k = int(rng.integers(1, length))
-            a, b = _random_bits(rng, k), _random_bits(rng, length - k)
-            inputs.append([ZERO + bit for bit in a] + [PLUS] + [ZERO + bit for bit in b])
-            outputs.append([ZERO + bit for bit in _ripple_carry_sum(a, b)])
-        return inputs, outputs
-
-
-def _random_bits(rng: np.random.Generator, width: int) -> list[int]:
-    """`width` bits least significant first, the most significant one 1 unless the number is one bit wide."""
-    bits = rng.integers(0, 2, size=width).tolist()
-    if width > 1:
-        bits[-1] = 1
-    return bits
-
-
-def _ripple_carry_sum(a: list[int], b: list[int]) -> list[int]:
-    """Column addition of little-endian bit lists; the carry out becomes a last bit only when it is 1."""
-    out, carry = [], 0
-    for column in range(max(len(a), len(b))):
-        total = (a[column] if column < len(a) else 0) + (b[column] if column < len(b) else 0) + carry
-        out.append(total % 2)
-        carry = total // 2
-    return out + [1] if carry else out
-
-
-@register_task("bucket_sort")
-class BucketSortTask(ChomskyTask):
-    """Sort a string over the digits 0..4. n scored tokens; chance 1/5.
-
-    Example, n = 9: x = 421302214 → y = 011222344
-    """
-
-    level, paper_name = "CS", "Bucket Sort"
+    level, paper_name = "DCF", "Modular Arithmetic"
     chance_accuracy = 0.2
 
     def _instances(self, rng, n, length):
-        x = rng.integers(0, 5, size=(n, length)) + ZERO
-        return x, np.sort(x, axis=1)
+        rows = [bracket_expression(rng, length, (PLUS, MINUS, TIMES)) for _ in range(n)]
+        inputs = np.array([tokens for tokens, _ in rows], dtype=np.int64).reshape(n, length)
+        return inputs, np.array([ZERO + value for _, value in rows], dtype=np.int64).reshape(n, 1)
 
 
+@register_task("solve_equation")
+class SolveEquationTask(ChomskyTask):
+    """Solve an equation modulo 5 for its unknown x; output x as one digit 0..4. One scored digit; chance 1/5.
+
+    Input (n >= 3 symbols): a `bracket_expression` of n − 2 symbols over + and − only (no *, so x's coefficient
+    is ±1 and the solution unique), one of its digits replaced by 'x', then '=' and the expression's value. The
+    digit replaced is the first at or after a uniformly drawn position, wrapping around to the start: the
+    released generator's rule, which favours digits that follow a run of brackets and operators. Lengths 1 and
+    2 hold no equation (the released generator fills them with zeros), so training draws n uniform in 3..40.
+
+    Example, n = 12: x = ((-x)+(4))=1 → −x + 4 ≡ 1 (mod 5) → x = 3 → y = 3
+    """
+
+    level, paper_name = "DCF", "Solve Equation"
+    chance_accuracy = 0.2
+    min_length = 3
+    train_lengths = range(3, 41)
+
+    def _instances(self, rng, n, length):
+        inputs = np.empty((n, length), dtype=np.int64)
+        solutions = np.empty((n, 1), dtype=np.int64)
+        for i in range(n):
+            tokens, value = bracket_expression(rng, length - 2, (PLUS, MINUS))
+            start = int(rng.integers(len(tokens)))
+            hidden = next(k % len(tokens) for k in range(start, start + len(tokens))
+                          if ZERO <= tokens[k % len(tokens)] < ZERO + 5)
+            solutions[i, 0], tokens[hidden] = tokens[hidden], UNKNOWN
+            inputs[i] = tokens + [EQUALS, ZERO + value]
+        return inputs, solutions
+
+
+def bracket_expression(rng: np.random.Generator, length: int, operators: Sequence[int]) -> tuple[list[int], int]:
+    """An expression of exactly `length` symbols and its value modulo 5, by the grammar of the paper's released
+    generator (tasks/dcf/modular_arithmetic_brackets.py): lengths 1..4 are a digit d, -d, (d) and (-d); a longer
+    one is (L op R) with |L| uniform in 1..length−4, R the other length − 3 − |L| symbols and op uniform over
+    `operators`. Written from an explicit work list rather than by recursion (a length-4096 expression nests
+    about 1,000 deep), and valued as it is written: each operation is applied once both operands are done."""
+    tokens: list[int] = []
+    values: list[int] = []  # values of the finished subexpressions, the latest last
+    todo: list[tuple[str, int]] = [("expression", length)]
+    while todo:
+        kind, arg = todo.pop()
+        if kind == "symbol":
+            tokens.append(arg)
+        elif kind == "apply":
+            right, left = values.pop(), values.pop()
+            values.append((left + right if arg == PLUS else left - right if arg == MINUS else left * right) % 5)
+        elif arg <= 4:  # d, -d, (d), (-d)
+            digit = int(rng.integers(5))
+            negated, bracketed = arg % 2 == 0, arg >= 3
+            tokens += [LPAREN] * bracketed + [MINUS] * negated + [ZERO + digit] + [RPAREN] * bracketed
+            values.append(-digit % 5 if negated else digit)
+        else:
+            left = int(rng.integers(1, arg - 3))
+            op = int(operators[int(rng.integers(len(operators)))])
+            # taken from the end: "(", L, op, R, the value of L op R, ")"
+            todo += [("symbol", RPAREN), ("apply", op), ("expression", arg - 3 - left), ("symbol", op),
+                     ("expression", left), ("symbol", LPAREN)]
+    return tokens, values[0]
+
+# Grouped by level: R, DCF, CS.
 SUITE: tuple[str, ...] = ("even_pairs", "parity_check", "cycle_navigation", "modular_arithmetic_simple",
-                          "stack_manipulation", "reverse_string", "duplicate_string", "binary_addition",
-                          "bucket_sort")
+                          "stack_manipulation", "reverse_string", "modular_arithmetic", "solve_equation",
+                          "duplicate_string", "missing_duplicate", "odds_first", "binary_addition",
+                          "binary_multiplication", "compute_sqrt", "bucket_sort")
