@@ -6,9 +6,10 @@ A grid is one run's test accuracy per (step budget T, difficulty). "Sufficient b
 
 from __future__ import annotations
 
-import csv
+import math
 from pathlib import Path
 
+from ..eval.reasoning import AccuracyGrid
 from ..eval.stats import mean_sd
 from .claims import (
     Claim, Evidence, ahead, at_least, at_most, claims_document, halfway, read_rows, values, write_claims,
@@ -21,15 +22,21 @@ def _grid(out: Path, task: str, arch: str, seed: str, alpha: float = 0.0) -> dic
     path = Path(out) / "grids" / f"{run_name(task, arch, alpha, int(seed))}.csv"
     if not path.exists():
         return {}
-    with open(path, newline="") as f:
-        return {(int(r["steps"]), int(r["difficulty"])): 100 * float(r["accuracy"]) for r in csv.DictReader(f)}
+    grid = AccuracyGrid.read_csv(path)
+    cells = ((t, d, grid.at(t, d)) for t in grid.budgets for d in grid.difficulties)
+    return {(t, d): 100 * a for t, d, a in cells if not math.isnan(a)}  # NaN: a cell the run did not score
+
+
+def grid_by_seed(out: Path, rows: list[dict], task: str, arch: str, select) -> dict[str, float]:
+    """{seed: select(grid)} for every finished (task, arch, alpha 0) run that has a grid, in row order."""
+    seeds = [r["seed"] for r in rows if r["task"] == task and r["arch"] == arch and float(r["alpha"]) == 0.0]
+    found = {s: select(g) for s in seeds if (g := _grid(out, task, arch, s))}
+    return {s: x for s, x in found.items() if x is not None}
 
 
 def grid_values(out: Path, rows: list[dict], task: str, arch: str, select) -> list[float]:
-    """select(grid) for every finished (task, arch, alpha 0) run that has a grid, in seed order."""
-    seeds = [r["seed"] for r in rows if r["task"] == task and r["arch"] == arch and float(r["alpha"]) == 0.0]
-    found = [select(g) for s in seeds if (g := _grid(out, task, arch, s))]
-    return [x for x in found if x is not None]
+    """select(grid) for every finished (task, arch, alpha 0) run that has a grid, in row order."""
+    return list(grid_by_seed(out, rows, task, arch, select).values())
 
 
 def worst_over(difficulty: int, min_steps: int):
@@ -142,4 +149,5 @@ def write_drt_claims(out: Path, scale: str = "cpu") -> Path:
     return write_claims(out, drt_claims_document(out, scale))
 
 
-__all__ = ["drt_claims", "drt_claims_document", "write_drt_claims"]
+__all__ = ["best_sufficient", "drt_claims", "drt_claims_document", "grid_by_seed", "grid_values", "worst_over",
+           "write_drt_claims"]

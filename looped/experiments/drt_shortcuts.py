@@ -47,7 +47,7 @@ def record(shortcuts: ResultTable, plan, test_rows, log=print) -> None:
                             for name, s in scores.items()])
 
 
-def _by_difficulty(text: str) -> dict[int, float]:
+def by_difficulty(text: str) -> dict[int, float]:
     """The cell "2:0.8312 3:0.7750" as {2: 0.8312, 3: 0.775}."""
     return {int(d): float(a) for d, a in (part.split(":") for part in text.split())}
 
@@ -67,7 +67,7 @@ def by_depth_section(shortcuts: ResultTable, models: dict[tuple[str, str, str], 
     if not shortcuts.rows:
         return []
     recipes = list(dict.fromkeys(r["task"] for r in shortcuts.rows))
-    depths = sorted({d for r in shortcuts.rows for d in _by_difficulty(r["by_difficulty"])})
+    depths = sorted({d for r in shortcuts.rows for d in by_difficulty(r["by_difficulty"])})
     lo, hi = (int(x) for x in shortcuts.rows[0]["trained_difficulties"].split("-"))  # one range for all recipes
     lines = ["", "## Family: shortcut baselines by chain depth", "",
              "A shortcut baseline predicts the label from one surface cue with a lookup table fitted on the recipe's "
@@ -83,7 +83,7 @@ def by_depth_section(shortcuts: ResultTable, models: dict[tuple[str, str, str], 
              "|---|---|" + "---:|" * len(depths)]
     for recipe in recipes:
         for r in (r for r in shortcuts.rows if r["task"] == recipe):
-            by_depth = _by_difficulty(r["by_difficulty"])
+            by_depth = by_difficulty(r["by_difficulty"])
             cells = [f"{100 * by_depth[d]:.1f}" if d in by_depth else "–" for d in depths]
             lines.append(f"| {recipe} | shortcut: {r['baseline']} | " + " | ".join(cells) + " |")
         for (task, arch, alpha), seeds in models.items():

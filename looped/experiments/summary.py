@@ -1,8 +1,10 @@
-"""The README's claims summary: one line per claim of the three papers, generated from the committed CSVs.
+"""The README's generated blocks: the claims summary (one line per claim of the three papers) and the learning
+goals (looped.experiments.goals), both from the committed results.
 
-    python -m looped.experiments.summary README.md     # rewrite the block between the two markers
+    python -m looped.experiments.summary README.md     # rewrite each block between its two markers
 
-The block is the only place the README states a verdict; a test fails when it differs from what the CSVs give.
+The blocks are the only places the README states a verdict; a test fails when one differs from what the results
+give.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
+from . import goals
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
 
@@ -30,14 +33,24 @@ def summary_block(results: Path) -> str:
     return "\n".join([*lines, "", END])
 
 
+# each generated block: its markers and what renders it from the results folder
+BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_block))
+
+
+def replace_block(text: str, begin: str, end: str, block: str, name: str = "README") -> str:
+    """`text` with everything from `begin` to `end` (both included) replaced by `block`, which carries both."""
+    if begin not in text or end not in text:
+        raise ValueError(f"{name}: no markers {begin!r} ... {end!r}")
+    head, rest = text.split(begin, 1)
+    return head + block + rest.split(end, 1)[1]
+
+
 def rewrite_readme(readme: Path, results: Path) -> bool:
-    """Replace the block between the markers; True when the file changed. ValueError when a marker is missing."""
+    """Replace every generated block; True when the file changed. ValueError when a marker is missing."""
     text = Path(readme).read_text()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{readme}: no claims-summary markers ({BEGIN!r} ... {END!r})")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    new = head + summary_block(results) + tail
+    new = text
+    for begin, end, render in BLOCKS:
+        new = replace_block(new, begin, end, render(results), str(readme))
     if new != text:
         atomic_write_text(Path(readme), new)
     return new != text
@@ -46,4 +59,4 @@ def rewrite_readme(readme: Path, results: Path) -> bool:
 if __name__ == "__main__":  # pragma: no cover - the command line above
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
     changed = rewrite_readme(target, target.parent / "results")
-    print(f"{target}: claims summary {'rewritten' if changed else 'already current'}")
+    print(f"{target}: claims summary and learning goals {'rewritten' if changed else 'already current'}")
