@@ -101,7 +101,7 @@ def check_committed_report_regenerates(name: str, tmp_path: Path) -> bool:
         return False
     copy = tmp_path / committed.name
     shutil.copytree(committed, copy, ignore=shutil.ignore_patterns("*.png", *REPORT_FILES))
-    engine.build(name, copy, tmp_path / "runs").report()
+    engine.write_report(engine.get_study(name), engine.build(name, copy, tmp_path / "runs"))
     for file in REPORT_FILES:
         if (committed / file).exists():
             assert (copy / file).read_text() == (committed / file).read_text(), \

@@ -87,7 +87,7 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
         print(engine.status(spec, out, runs, scale=args.scale, select=select, **flags), end="")
         return 0
     if args.report:
-        engine.build(spec, out, runs, scale=args.scale, **flags).report()
+        engine.write_report(spec, engine.build(spec, out, runs, scale=args.scale, **flags), args.scale)
         print((out / "claims.md").read_text() if (out / "claims.md").exists() else (out / "table.md").read_text())
         return 0
     engine.run_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),

@@ -159,18 +159,27 @@ def machines_line(rows: list[dict]) -> str:
     return "Rows ran on: " + ", ".join(f"{name} ({n} rows)" for name, n in counts.items()) + "." if counts else ""
 
 
-def claims_document(out: Path, title: str, intro: str, claims: Sequence[Claim]) -> str:
-    """claims.md of the study in `out`: its intro also names the machines the rows of results.csv ran on."""
-    machines = machines_line(read_rows(Path(out) / "results.csv"))
-    return claims_markdown(title, intro + ("\n\n" + machines if machines else ""), claims)
+@dataclass(frozen=True)
+class ClaimSet:
+    """A paper's claims as its study declares them (StudySpec.claims): the engine writes `<results>/claims.md`
+    after every report. `title` and `intro` may hold {scale}; `claims(out)` judges them from out's CSVs."""
+
+    title: str
+    intro: str
+    claims: Callable[[Path], Sequence[Claim]]
+
+    def document(self, out: Path, scale: str = "cpu") -> str:
+        """claims.md of the study in `out`: its intro also names the machines the rows of results.csv ran on."""
+        machines = machines_line(read_rows(Path(out) / "results.csv"))
+        intro = self.intro.format(scale=scale) + ("\n\n" + machines if machines else "")
+        return claims_markdown(self.title.format(scale=scale), intro, self.claims(Path(out)))
+
+    def write(self, out: Path, scale: str = "cpu") -> Path:
+        """Write `<out>/claims.md` (atomically) and return its path."""
+        path = Path(out) / "claims.md"
+        atomic_write_text(path, self.document(out, scale))
+        return path
 
 
-def write_claims(out: Path, document: str) -> Path:
-    """Write `<out>/claims.md` (atomically) and return its path."""
-    path = Path(out) / "claims.md"
-    atomic_write_text(path, document)
-    return path
-
-
-__all__ = ["Claim", "Evidence", "ahead", "at_least", "at_most", "claims_document", "claims_markdown", "halfway",
-           "machines_line", "not_run", "number", "read_rows", "values", "write_claims"]
+__all__ = ["Claim", "ClaimSet", "Evidence", "ahead", "at_least", "at_most", "claims_markdown", "halfway",
+           "machines_line", "not_run", "number", "read_rows", "values"]

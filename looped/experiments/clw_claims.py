@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .claims import Claim, ahead, claims_document, read_rows, values, write_claims
+from .claims import Claim, ClaimSet, ahead, read_rows, values
 
 # the paper's small-budget held-out PPL (SPEC: seed 000 Table 3) where it reports the row
 PAPER_SMALL = {"enwik8": "PPL: conditioned-dense 3.8431 vs workspace 3.8968 (sd 0.2019)",
@@ -52,12 +52,7 @@ INTRO = ("Each claim of the paper that this study can test, its figure, and ours
          "(regenerate: `looped reproduce clw --scale {scale} --report`). Held-out bits/byte, lower is better.")
 
 
-def clw_claims_document(out: Path, scale: str = "cpu") -> str:
-    return claims_document(out, TITLE.format(scale=scale), INTRO.format(scale=scale), clw_claims(out))
+CLAIMS = ClaimSet(TITLE, INTRO, clw_claims)
 
 
-def write_clw_claims(out: Path, scale: str = "cpu") -> Path:
-    return write_claims(out, clw_claims_document(out, scale))
-
-
-__all__ = ["clw_claims", "clw_claims_document", "write_clw_claims"]
+__all__ = ["CLAIMS", "clw_claims"]

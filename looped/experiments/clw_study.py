@@ -20,7 +20,7 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train.config import one_budget
 from . import clw
-from .clw_claims import write_clw_claims
+from .clw_claims import CLAIMS
 from ..eval.stats import mean_sd
 from .report import cell, spread
 from .results import OVERRIDES, ResultTable, overrides_note
@@ -151,7 +151,6 @@ def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits:
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "table.md", table_markdown(results, exits, positions))
-    write_clw_claims(out, scale)
     if results.rows:
         plot_nll(results, out / "nll.png")
     if by_rounds.rows:
@@ -388,6 +387,6 @@ register_study(StudySpec(
                help="the corpus samples (cpu) or the official corpora (full)"),
           Axis("seed", "seeds", clw.SEEDS, cell=int),
           Axis("row", "rows", tuple(clw.ROWS), tuple(clw.ROWS))),
-    build=ClwStudy, recipes=recipes, toy=_toy,
+    build=ClwStudy, recipes=recipes, toy=_toy, claims=CLAIMS,
     flags=(Flag("budget", "full scale only: the seed's small or medium budget", ("small", "medium"), "small"),),
     results_name=lambda scale, flags: f"clw_{scale}" if scale == "cpu" else f"clw_{flags['budget']}"))

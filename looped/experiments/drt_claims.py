@@ -12,7 +12,7 @@ from pathlib import Path
 from ..eval.reasoning import AccuracyGrid
 from ..eval.stats import mean_sd
 from .claims import (
-    Claim, Evidence, ahead, at_least, at_most, claims_document, halfway, read_rows, values, write_claims,
+    Claim, ClaimSet, Evidence, ahead, at_least, at_most, halfway, read_rows, values,
 )
 from .drt import run_name
 
@@ -141,13 +141,7 @@ INTRO = ("Each claim of the paper that this study can test, its figure, and ours
          "(regenerate: `looped reproduce drt --scale {scale} --report`). Accuracies in %, chance 50 %.")
 
 
-def drt_claims_document(out: Path, scale: str = "cpu") -> str:
-    return claims_document(out, TITLE.format(scale=scale), INTRO.format(scale=scale), drt_claims(out))
+CLAIMS = ClaimSet(TITLE, INTRO, drt_claims)
 
 
-def write_drt_claims(out: Path, scale: str = "cpu") -> Path:
-    return write_claims(out, drt_claims_document(out, scale))
-
-
-__all__ = ["best_sufficient", "drt_claims", "drt_claims_document", "grid_by_seed", "grid_values", "worst_over",
-           "write_drt_claims"]
+__all__ = ["CLAIMS", "drt_claims"]

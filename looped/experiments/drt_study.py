@@ -35,7 +35,7 @@ from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
 from . import drt, drt_shortcuts, report
 from .drt import run_name
-from .drt_claims import write_drt_claims
+from .drt_claims import CLAIMS
 from .report import cell, column, percent
 from .study import Axis, Flag, Recipe, RunSummary, StudySpec, register_study
 from .results import OVERRIDES, ResultTable, overrides_note
@@ -350,7 +350,6 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "table.md", table_markdown(results, scale, drt_shortcuts.table(out)))
-    write_drt_claims(out, scale)
     for task, arch, alpha in _groups(results):
         rows = _ok(results, task=task, arch=arch, alpha=alpha)
         grids = [AccuracyGrid.read_csv(p) for r in rows
@@ -432,7 +431,7 @@ register_study(StudySpec(
                help="intermediate-supervision weights, graph only (the paper's sweep: "
                     + " ".join(map(str, ALPHA_SWEEP)) + ")"),
           Axis("seed", "seeds", drt.SEEDS, cell=int)),
-    build=DrtStudy, recipes=recipes, default_plan=_cpu_plan, toy=_toy,
+    build=DrtStudy, recipes=recipes, default_plan=_cpu_plan, toy=_toy, claims=CLAIMS,
     flags=(Flag("shortcuts_only", "only fit and score the shortcut baselines of the selected family recipes and "
                                   "rewrite the report (no training)"),),
     keep=lambda key, scale: float(key["alpha"]) == 0 or key["task"] == "graph"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from .claims import Claim, ahead, at_least, at_most, claims_document, halfway, read_rows, values, write_claims
+from .claims import Claim, ClaimSet, ahead, at_least, at_most, halfway, read_rows, values
 from .rlt import row_label
 
 CHANCE = {"parity": 50.0, "s5_swaps": 100 / 120, "s5_standard": 100 / 120, "mod5_flat": 20.0,
@@ -81,12 +81,7 @@ INTRO = ("Each claim of the paper that this study can test, its figure, and ours
          "(regenerate: `looped reproduce rlt --scale {scale} --report`).")
 
 
-def rlt_claims_document(out: Path, scale: str = "cpu") -> str:
-    return claims_document(out, TITLE.format(scale=scale), INTRO.format(scale=scale), rlt_claims(out))
+CLAIMS = ClaimSet(TITLE, INTRO, rlt_claims)
 
 
-def write_rlt_claims(out: Path, scale: str = "cpu") -> Path:
-    return write_claims(out, rlt_claims_document(out, scale))
-
-
-__all__ = ["rlt_claims", "rlt_claims_document", "write_rlt_claims"]
+__all__ = ["CLAIMS", "rlt_claims"]

@@ -26,7 +26,7 @@ from ..train.config import one_budget
 from . import report, rlt
 from .report import cell
 from .results import OVERRIDES, ResultTable, overrides_note
-from .rlt_claims import write_rlt_claims
+from .rlt_claims import CLAIMS
 from .study import Axis, Recipe, RunSummary, StudySpec, register_study
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
@@ -174,7 +174,6 @@ def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: s
         table.reload()  # rows other processes of the same study added
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
-    write_rlt_claims(out, scale)
     tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
     labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
     for task in tasks:
@@ -266,7 +265,7 @@ register_study(StudySpec(
           Axis("seed", "seeds", rlt.SEEDS, cell=int),
           Axis("row", "rows", rlt.PLAN_ROWS, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS),
                help=f"{', '.join(rlt.DEPTH_ROWS)} run on {', '.join(rlt.DEPTH_TASKS)} only")),
-    build=RltStudy, recipes=recipes, toy=_toy,
+    build=RltStudy, recipes=recipes, toy=_toy, claims=CLAIMS,
     keep=lambda key, scale: key["row"] not in rlt.DEPTH_ROWS or key["task"] in rlt.DEPTH_TASKS))
 
 

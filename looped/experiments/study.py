@@ -40,6 +40,7 @@ from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
 from ..train.trainer import TrainingInterrupted
+from .claims import ClaimSet
 from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
 
 Values = tuple | Callable[[str], tuple]  # a fixed tuple, or one per scale
@@ -115,6 +116,7 @@ class StudySpec:
     results_name: Callable[[str, dict], str] | None = None  # results/<this>; default "<name>_<scale>"
     toy: Callable[[Path], dict] | None = None  # {"select", "overrides", "options"} training in seconds
     scales: tuple[str, ...] = ("cpu", "full")
+    claims: ClaimSet | None = None  # the paper's claims: claims.md is rewritten with every report
 
     def folder_name(self, scale: str, flags: Mapping[str, Any]) -> str:
         return self.results_name(scale, dict(flags)) if self.results_name else f"{self.name}_{scale}"
@@ -346,11 +348,19 @@ def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu
     study = build(spec, out, runs, scale=scale, overrides=overrides, **options)
     plan = runnable(study, plan_keys(spec, scale, select), log)
     return execute(study, plan, overrides=overrides, progress=progress, stop_after=stop_after, log=log,
-                   title=f"{spec.name} {scale}")
+                   title=f"{spec.name} {scale}", report=lambda: write_report(spec, study, scale))
+
+
+def write_report(spec: StudySpec, study: Study, scale: str = "cpu") -> None:
+    """The study's tables and plots, then its claims.md (the spec's claims judged from the same CSVs)."""
+    study.report()
+    if spec.claims is not None:
+        spec.claims.write(study.results.path.parent, scale)
 
 
 def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, progress: bool = True,
-            stop_after: float | None = None, log=print, title: str = "") -> ResultTable:
+            stop_after: float | None = None, log=print, title: str = "",
+            report: Callable[[], None] | None = None) -> ResultTable:
     """Train, evaluate and report every run of `plan` not yet in `study.results`, rewriting the report after
     each (also used by `looped compare`, whose plan comes from its options, not from a spec). Rows record the
     --set overrides; a run whose table holds rows of other settings is refused (a call with nothing left to
@@ -365,8 +375,8 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
         run = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress, log)
         if run is not None:
             study.evaluate(key, config, run, log)
-            study.report()
-    study.report()
+            (report or study.report)()
+    (report or study.report)()
     return study.results
 
 
@@ -385,4 +395,4 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
 
 __all__ = ["Axis", "Flag", "Recipe", "RunSummary", "Study", "StudySpec", "build", "execute", "get_study", "parse_select",
            "pending_runs", "plan_keys", "register_study", "run_study", "status", "status_report", "study_names",
-           "write_recipes"]
+           "write_recipes", "write_report"]
