@@ -198,18 +198,7 @@ def parameters(model: dict) -> int:
     return count_parameters(model["arch"], **{k: v for k, v in model.items() if k != "arch"})
 
 
-def trained_depth(model: dict) -> int | None:
-    """The depth a row's test-time sweep multiplies (rounds, recursions or the top of the trained step range);
-    None for a fixed-depth row."""
-    if model["arch"] in REASONING_FAMILIES:
-        return model["steps_range"][1] if model["arch"] == "drt" else model["supervision_steps"]
-    for name in ("rounds", "recursions"):
-        if name in model:
-            return model[name]
-    return None
-
-
-DEPTH_FACTORS = (1, 2, 4)
+DEPTH_FACTORS = (1, 2, 4)  # a row with a test-time depth is also scored at these multiples of its trained depth
 
 # --- budgets ----------------------------------------------------------------------------------------------
 # The byte-LM suites: every row trains to the same FLOPs (module docstring). CPU: 685 updates of the plain
@@ -292,4 +281,4 @@ def check_data(config: dict) -> None:
 
 __all__ = ["CPU_SUITES", "DEPTH_FACTORS", "FAMILIES", "LABELS", "LM_BUDGET", "METRICS", "PARAM_TOLERANCE", "SEEDS",
            "SUITES", "TARGET", "TASK_BUDGET", "TEST_SIZE", "cannot_run", "check_data", "parameters",
-           "run_config_dict", "solve", "suite_kind", "trained_depth"]
+           "run_config_dict", "solve", "suite_kind"]

@@ -38,15 +38,24 @@ class AtDepth(torch.nn.Module):
     def __init__(self, model, rounds: int):
         super().__init__()
         self.model, self.rounds = model, rounds
+        self.train(model.training)  # a scorer restores the mode it found: the wrapped model's, not a new module's
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(tokens, rounds=self.rounds)
 
 
 def depths(model) -> list[int]:
-    """The test-time depths a row is scored at (k x its trained depth); [] for a fixed-depth row."""
+    """The test-time depths an LM row is scored at (k x its trained rounds); [] for a fixed-depth row."""
     trained = model.default_rounds
     return [] if trained is None else [k * trained for k in board.DEPTH_FACTORS]
+
+
+def trained_depth(model, config) -> int | None:
+    """What the depth sweep multiplies: an LM row's rounds (recursions), a reasoning core's top trained step
+    budget; None for a fixed-depth row."""
+    if config.task.kind == "reasoning":
+        return None if model.depth_mode == "fixed" else rtask.trained_steps_range(config)[1]
+    return model.default_rounds
 
 
 def score_lm(model, config, *, batch_size: int) -> dict:
@@ -87,8 +96,8 @@ def score_reasoning(model, config, tests, *, batch_size: int = 256) -> dict:
     """{"score": OOD accuracy (best over sufficient budgets), "depth": {k: mean OOD accuracy at k x the top of the
     trained step range}} on the run's test buckets (tests: drt_study.TestSets)."""
     test = tests.get(config.task)
-    trained = rtask.trained_steps_range(config)[1]
-    sweep = {k: k * trained for k in board.DEPTH_FACTORS} if model.depth_mode != "fixed" else {}
+    trained = trained_depth(model, config)
+    sweep = {k: k * trained for k in board.DEPTH_FACTORS} if trained else {}
     grid = evaluate_grid(model, test, sorted({*rtask.eval_steps(config.task), *sweep.values()}), batch_size=batch_size)
     difficulties = rtask.trained_difficulties(config.task)
     summary = id_ood(grid, (min(difficulties), max(difficulties)))
@@ -115,4 +124,5 @@ def training_flops(config, model, updates: int) -> float:
     return total
 
 
-__all__ = ["AtDepth", "depths", "score_lm", "score_reasoning", "score_sequence", "sequence_score", "training_flops"]
+__all__ = ["AtDepth", "depths", "score_lm", "score_reasoning", "score_sequence", "sequence_score", "trained_depth",
+           "training_flops"]

@@ -28,7 +28,7 @@ from ..train import checkpoint as ckpt
 from ..train.config import one_budget
 from . import board
 from .board_report import write_report
-from .board_scores import score_lm, score_reasoning, score_sequence, training_flops
+from .board_scores import score_lm, score_reasoning, score_sequence, trained_depth, training_flops
 from .drt_study import TestSets
 from .report import cell
 from .results import OVERRIDES, ResultTable
@@ -94,7 +94,7 @@ class BoardStudy:
         kind = board.suite_kind(key["task"])
         model, config = load_model(ckpt.run_checkpoint(run.folder, config.train.select))
         scored = self.score(model, config, kind)
-        depth = board.trained_depth({"arch": config.model.arch, **vars(config.model)})
+        depth = trained_depth(model, config)
         flops = training_flops(config, model, run.updates)
         log(f"  {key['task']} / {key['family']}: score {scored['score']:.4f}, {flops:.3g} training FLOPs")
         self.results.add({**key, "arch": config.model.arch, "parameters": sum(p.numel() for p in model.parameters()),
