@@ -177,19 +177,21 @@ def plot_board(results: ResultTable, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(1.2 * len(suites) + 3, 0.45 * len(families) + 1.5))
     for i, family in enumerate(families):
         for j, suite in enumerate(suites):
+            colour = "black"
             if (family, suite) in cells:
                 value, grid[i, j] = cells[(family, suite)]
                 text = f"{value:.2f}" if board.suite_kind(suite) == "lm" else f"{100 * value:.0f}"
+                colour = "white" if grid[i, j] < 0.45 else "black"  # readable on viridis' dark end
             else:
                 text = "n/a" if board.cannot_run(family, suite) else ""
-            ax.text(j, i, text, ha="center", va="center", fontsize=7)
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=1, aspect="auto")
     ax.set_facecolor("0.85")
     ax.set_xticks(range(len(suites)), suites, rotation=35, ha="right", fontsize=8)
     ax.set_yticks(range(len(families)), [board.LABELS[f] for f in families], fontsize=8)
     fig.colorbar(image, ax=ax, label="within the suite: 0 = worst row, 1 = best")
-    ax.set_title("Leaderboard: bits/byte (LM suites) or accuracy % (task suites), mean over seeds; grey: n/a",
-                 fontsize=9)
+    ax.set_title("Leaderboard: bits/byte (LM suites) or accuracy % (task suites), mean over seeds\n"
+                 "grey: not run yet, or n/a (the family cannot run the suite)", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
 
