@@ -149,7 +149,7 @@ class Study(Protocol):
 
 # --- the registry ------------------------------------------------------------------------------------------------
 _STUDIES: dict[str, StudySpec] = {}
-BUILTIN_MODULES = ("clw_study", "drt_study", "rlt_study")
+BUILTIN_MODULES = ("board_study", "clw_study", "drt_study", "rlt_study")
 ENTRY_POINT_GROUP = "looped.studies"
 
 
