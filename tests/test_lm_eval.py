@@ -17,7 +17,7 @@ pytest.importorskip("lm_eval", reason="the eval extra is not installed (pip inst
 from looped.train.checkpoint import resolve_checkpoint  # noqa: E402
 from looped import cli  # noqa: E402
 from looped.config import from_dict  # noqa: E402
-from looped.integrations.lm_eval import LoopedLM, sweep  # noqa: E402
+from looped.integrations.lm_eval import HarnessLM, sweep  # noqa: E402
 from looped.train import RunConfig, Trainer, load_model  # noqa: E402
 
 CONTEXT = 64
@@ -81,7 +81,7 @@ def test_harness_bits_per_byte_equals_direct_scoring_at_each_depth(run, tiny_tas
 
 
 def test_long_documents_and_batches_score_like_one_at_a_time(run):
-    lm = LoopedLM(pretrained=str(run), batch_size=3)
+    lm = HarnessLM(pretrained=str(run), batch_size=3)
     long_doc = " ".join(DOCS * 3)  # > context: rolling windows
     assert len(long_doc) > 2 * CONTEXT
 
@@ -90,14 +90,14 @@ def test_long_documents_and_batches_score_like_one_at_a_time(run):
             self.args = args
 
     batched = lm.loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
-    single = LoopedLM(model=lm.model, batch_size=1).loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
+    single = HarnessLM(model=lm.model, batch_size=1).loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
     assert [b[0] for b in batched] == pytest.approx([s[0] for s in single], rel=1e-6)
     # early exit at threshold 0 never exits (no distribution moves by less than 0): the full-depth scores
-    never_exits = LoopedLM(model=lm.model, exit_threshold=0.0).loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
+    never_exits = HarnessLM(model=lm.model, exit_threshold=0.0).loglikelihood([Request(d[:10], d[10:]) for d in DOCS])
     assert [e[0] for e in never_exits] == pytest.approx([s[0] for s in single], rel=1e-6)
     pairs = [Request(d[:10], d[10:]) for d in DOCS]
-    exits = LoopedLM(model=lm.model, rounds=4, exit_threshold=0.5).loglikelihood(pairs)
-    assert [e[0] for e in exits] != pytest.approx([s[0] for s in LoopedLM(model=lm.model, rounds=4).loglikelihood(
+    exits = HarnessLM(model=lm.model, rounds=4, exit_threshold=0.5).loglikelihood(pairs)
+    assert [e[0] for e in exits] != pytest.approx([s[0] for s in HarnessLM(model=lm.model, rounds=4).loglikelihood(
         pairs)], rel=1e-6)  # a loose threshold stops positions before round 4
     rolling = lm.loglikelihood_rolling([Request(long_doc)])[0]
     # the first window predicts CONTEXT bytes after the newline; the rest, each with a full context
@@ -106,7 +106,7 @@ def test_long_documents_and_batches_score_like_one_at_a_time(run):
 
 
 def test_generate_until_cuts_at_the_first_stop_string(run):
-    lm = LoopedLM(pretrained=str(run))
+    lm = HarnessLM(pretrained=str(run))
     free = lm._greedy(list(b"The river"), [], 40)  # greedy, no stop string
     stop = next(c for c in free[3:] if c.isascii() and c.strip())  # a byte the model does produce
 

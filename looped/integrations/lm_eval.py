@@ -36,7 +36,7 @@ def to_bytes(text: str) -> list[int]:
 
 
 @register_model("looped")
-class LoopedLM(LM):
+class HarnessLM(LM):
     """model_args: pretrained=PATH_OR_HF_ID (run, checkpoint or hf:ORG/NAME[@REV]), rounds=R (test-time depth of a
     looped row; default: as trained), exit_threshold=T (early exit, scoring only), which=last|best, batch_size."""
 
@@ -153,7 +153,7 @@ def sweep(run: str, tasks: list[str], *, rounds: list[int | None], which: str | 
     check_task_names(tasks, manager)
     by_rounds = {}
     for r in rounds:
-        lm = LoopedLM(model=model, rounds=r, exit_threshold=exit_threshold, batch_size=batch_size)
+        lm = HarnessLM(model=model, rounds=r, exit_threshold=exit_threshold, batch_size=batch_size)
         out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=manager, limit=limit,
                                       num_fewshot=num_fewshot, log_samples=False, bootstrap_iters=0)
         by_rounds[str(r if r is not None else "trained")] = _finite(out["results"])
