@@ -8,13 +8,20 @@ Rows (registry names) and what each round feeds the shared block T (seed 000 §3
   workspace           h^{r+1} = T(LN_b(u^r + c^r)), c^r read from a gated causal prefix workspace (eqs. 3-7),
                       recomputed every round
   workspace_retention the same with M^r = rho_r M^{r-1} + (1 - rho_r) M~^r (eq. 5)
-then o_i = W_LM LN_f(h_i^R) (eq. 8). The anchor is e_i = E(x_i) + p_i (eq. 1). The workspace itself is models/workspace.py.
+then o_i = W_LM LN_f(h_i^R) (eq. 8). The anchor is e_i = E(x_i) + p_i (eq. 1). The workspace itself is
+models/workspace.py.
 
 Test-time depth: `rounds` is a call argument. Per-round parameters trained for R rounds are reused for
 rounds r >= R as those of round R-1 (conditioning sigma/tau, retention logits). The readouts that mix
 exits keep the *final* exit in the last slot: adaptive exit weights exits 1..R-1 with pi_0..pi_{R-2} and
 the final state h^{R'} with the remaining mass; conditioned-dense applies beta_r to exits r+1 <= R-1 only.
 With R' = R both are exactly the trained readouts.
+
+Training depth (`depth_schedule`, models/depth_schedule.py): in training mode a forward that is not given
+`rounds` runs the depth its schedule draws (fixed: `rounds`; uniform, the log-normal Poisson, or a depth growing
+over the updates), back-propagating through the last `backprop_rounds` of them when that is set (the earlier
+ones run without gradients; only rows that inject e every round accept it). A draw beyond `rounds` reuses the
+last round's parameters, as at test time. Eval mode and any given `rounds` run that depth, schedule or not.
 
 Incremental decoding keeps, for every round, the shared block's KV cache and the workspace running sums
 (N, D per slot), so a new token costs constant workspace work (seed 000 §7).
@@ -41,6 +48,7 @@ from torch import nn
 
 from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
+from .depth_schedule import DepthSchedule
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .loop_exit import run_early_exit
 from .loop_stream import NextToken, stream_decode
@@ -55,13 +63,17 @@ class LoopConfig(LMConfig):
     dim: int = 256
     heads: int = 8
     ffn_dim: int = 1024
-    rounds: int = 4  # training depth R (a call argument can change it at test time)
+    # depth R: what eval runs by default (a call argument can change it at test time) and what training runs under
+    # the fixed schedule (the mean depth drawn by uniform and poisson_lognormal, the final one of progressive)
+    rounds: int = 4
     slots: int = 4  # workspace slots S (workspace rows only)
     slot_dim: int = 32  # coordinates per slot m (workspace rows only)
     norm_eps: float = 1e-5
     workspace_eps: float = 1e-6  # epsilon in sqrt(max(D, eps)), eq. 4
     gamma_init: float = 0.5  # workspace read gain, eq. 7
     retention_init: float = 0.2  # rho_r at init: l_r = log(0.2 / 0.8), eq. 5
+    # how each training forward's depth is drawn and how many of its rounds back-propagate (models/depth_schedule.py)
+    depth_schedule: DepthSchedule = field(default_factory=DepthSchedule)
 
     def validate(self) -> None:
         super().validate()
@@ -72,6 +84,7 @@ class LoopConfig(LMConfig):
             raise ValueError(f"model.dim: width {self.dim} is not divisible by heads {self.heads}")
         if not 0 < self.retention_init < 1:
             raise ValueError(f"model.retention_init must be in (0, 1), got {self.retention_init}")
+        self.depth_schedule.check(self.rounds)
 
 
 @dataclass
@@ -120,9 +133,16 @@ class LoopedLM(CausalLM):
     # positions): an exited position's keys/values are then the same in every later round (loop_exit.py)
     static_block_input = False
     readout_mixes_exits = False  # the readout reads every round's exit, not only the last (adaptive, conditioned)
+    # block_input reads the anchor e every round (input injection): required by truncated backprop through depth,
+    # without which the embedding would enter only round 0, which runs without gradients
+    injects_input = False
 
     def __init__(self, config: LoopConfig):
         super().__init__()
+        if config.depth_schedule.backprop_rounds is not None and not self.injects_input:
+            raise ValueError(f"model.depth_schedule.backprop_rounds: {self.arch_name} feeds the embedding to round 0 "
+                             f"only, which truncated backprop runs without gradients, so the embedding would not "
+                             f"learn; leave it null, or use a row that injects the input every round (anchored_loop)")
         self.config = config
         d = config.dim
         self.embed = nn.Embedding(config.vocab_size, d)
@@ -158,7 +178,17 @@ class LoopedLM(CausalLM):
         size = item_bytes(self)
         return Ledger(self.arch_name, context, rounds, outside, per_round, per_call=self.call_flops(),
                       state_per_token={"kv cache": rounds * 2 * c.dim * size},
-                      state_fixed=self.fixed_state_bytes(rounds, size))
+                      state_fixed=self.fixed_state_bytes(rounds, size), training_rounds=self.training_rounds())
+
+    def training_rounds(self, update: int | None = None) -> tuple[float, float] | None:
+        """(E[rounds run], E[rounds back-propagated]) of a training forward at `update` under the depth schedule
+        (None: once the schedule has settled); None where training runs `rounds` rounds, every one back-propagated."""
+        return self.config.depth_schedule.expected(self.config.rounds, update)
+
+    @property
+    def schedule_settles(self) -> int:
+        """The first update from which `training_rounds` no longer changes (a progressive schedule's ramp)."""
+        return self.config.depth_schedule.settled_update()
 
     def round_extra_flops(self) -> dict[str, float]:
         """Per-token FLOPs a round adds to the shared block (anchor, workspace)."""
@@ -204,9 +234,31 @@ class LoopedLM(CausalLM):
         return run_early_exit(self, tokens, rounds, state, threshold)
 
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
-        rounds = self.resolve_rounds(rounds)
         self.check_tokens(tokens)
-        return self.run_rounds(tokens, rounds, None)
+        if rounds is None and self.training:  # the training depth schedule (models/depth_schedule.py)
+            rounds, first_with_grad = self.config.depth_schedule.draw(self.config.rounds, self.training_update)
+            if first_with_grad:
+                return self.run_truncated(tokens, rounds, first_with_grad)
+        return self.run_rounds(tokens, self.resolve_rounds(rounds), None)
+
+    def run_truncated(self, tokens: torch.Tensor, rounds: int, first_with_grad: int) -> torch.Tensor:
+        """The full forward with truncated backprop through depth: rounds 0 .. first_with_grad - 1 run without
+        gradients, so their state and exits reach the later rounds and the readout as constants; the parameters
+        learn from the last rounds (and, through the anchor e, the embedding from every round that has
+        gradients). Otherwise the same calls as run_rounds without a state."""
+        e = self.anchor_embedding(tokens, 0)
+        h, exits, aux = e, [], self.call_aux()
+        grad = torch.is_grad_enabled()
+        for r in range(rounds):
+            with torch.set_grad_enabled(grad and r >= first_with_grad):
+                h = self.round_step(r, e, h, aux)
+            exits.append(h)
+        return self.head(self.final_norm(self.readout(e, exits)))
+
+    def call_aux(self) -> dict:
+        """What a truncated forward computes before its rounds, with gradients on, so that the rounds without
+        them do not compute it detached (the workspace fold)."""
+        return {}
 
     def trace(self, tokens: torch.Tensor, *, rounds: int | None = None) -> Iterator[RoundTrace]:
         """Every round of the full forward (models/trace.py): the state h^{r+1} and the readout over the exits
@@ -301,6 +353,8 @@ class AdaptiveExit(LoopedLM):
 
 
 class _Anchored(LoopedLM):
+    injects_input = True  # the anchor reads [e; h^r] every round (eq. 2)
+
     def build_extras(self) -> None:
         self.anchor = Anchor(self.config.dim, self.config.norm_eps)
 
@@ -384,6 +438,9 @@ class WorkspaceLoop(_Anchored):
             memory = rho * aux["memory"] + (1 - rho) * memory
         aux["memory"] = memory
         return ws.combine_norm(u + ws.read(alpha, memory))
+
+    def call_aux(self) -> dict:
+        return {} if self.retain else {"folded": self.workspace.fold()}  # parameter-only: every round reads it
 
     def round_extra_flops(self) -> dict[str, float]:
         """The anchor plus the workspace: one projection to gates, values and the query side, then the read.
