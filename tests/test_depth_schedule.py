@@ -293,3 +293,22 @@ def test_a_resumed_run_draws_the_same_depths(tmp_path, monkeypatch):
     from safetensors.torch import load_file
     a, b = (load_file(str(tmp_path / name / "checkpoints/last/model.safetensors")) for name in ("straight", "split"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- the study's plot: two sweeps on one axis ---------------------------------------------------------------------
+def sweep(bits: list[float], trained: int = 4) -> dict:
+    fixed = [{"depth": d, "bits_per_byte": b, "nll": b} for d, b in enumerate(bits, 1)]
+    return {"kind": "lm", "arch": "anchored_loop", "parameters": 10, "depth_name": "rounds", "trained_depth": trained,
+            "score": "bits_per_byte", "sources": [{"corpus": "kjv", "targets": 100, "fixed": fixed,
+                                                   "early_exit": [], "summary": {}}]}
+
+
+def test_two_sweeps_share_one_plot_each_under_its_label(tmp_path):
+    from looped.eval.depth import combined_record, plot_depth_sweep, source_name
+    both = combined_record({"fixed": sweep([3.0, 2.5]), "random": sweep([2.9, 2.6])})
+    assert [source_name(e) for e in both["sources"]] == ["fixed", "random"]
+    assert [p["bits_per_byte"] for p in both["sources"][1]["fixed"]] == [2.9, 2.6]
+    plot_depth_sweep(both, tmp_path / "both.png")
+    assert (tmp_path / "both.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="^other: a lm anchored_loop sweep trained at depth 8 does not share"):
+        combined_record({"fixed": sweep([3.0]), "other": sweep([3.0], trained=8)})
