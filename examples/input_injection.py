@@ -35,6 +35,8 @@ class InjectedLoopConfig(LoopConfig):
 class InjectedLoop(LoopedLM):
     """h^{r+1} = T(h^r + lambda_r * e), h^0 = e."""
 
+    injects_input = True  # e enters every round, so truncated backprop (depth_schedule.backprop_rounds) still trains it
+
     def build_extras(self) -> None:
         c = self.config
         self.injection = nn.Parameter(torch.full((c.rounds, c.dim), float(c.injection_init)))  # lambda_r

@@ -167,8 +167,18 @@ def config_classes() -> list[type]:
 
     tasks._load_builtin()
     kinds = [config_cls for config_cls, _ in tasks._KINDS.values()]
-    return [RunConfig, DataConfig, OptimConfig, TrainConfig, WandbConfig, *kinds,
-            *dict.fromkeys(get_arch(name).config_cls for name in arch_names())]
+    classes = [RunConfig, DataConfig, OptimConfig, TrainConfig, WandbConfig, *kinds,
+               *dict.fromkeys(get_arch(name).config_cls for name in arch_names())]
+    return list(dict.fromkeys(nested for cls in classes for nested in with_sections(cls)))
+
+
+def with_sections(cls: type) -> list[type]:
+    """`cls` and the dataclasses of its fields that are sections of their own (model.depth_schedule), recursively."""
+    import dataclasses
+    import typing
+
+    sections = [tp for tp in typing.get_type_hints(cls).values() if dataclasses.is_dataclass(tp)]
+    return [cls, *(inner for tp in sections for inner in with_sections(tp))]
 
 
 def test_every_field_of_every_config_dataclass_has_a_meaning():

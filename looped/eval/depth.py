@@ -211,6 +211,8 @@ SCORE_LABELS = {"bits_per_byte": "bits/byte", "bits_per_symbol": "bits/symbol",
 
 
 def source_name(entry: dict) -> str:
+    if "label" in entry:  # a source of a combined record (`combined_record`): the run it came from
+        return entry["label"]
     if "corpus" in entry:
         return f"{entry['corpus']} held-out"
     return entry.get("file") or entry.get("task") or "scored data"
@@ -223,6 +225,19 @@ def source_title(entry: dict) -> str:
 
 
 EXIT_STYLES = ("--", ":", "-.")
+
+
+def combined_record(records: dict[str, dict]) -> dict:
+    """One record of several LM sweeps of the same architecture and trained depth (a study's rows: fixed against
+    random training depth), each one's first source labelled by its key, for `plot_depth_sweep` to draw on one axis."""
+    first = next(iter(records.values()))
+    for label, record in records.items():
+        if (record["kind"], record["arch"], record["trained_depth"]) != ("lm", first["arch"], first["trained_depth"]):
+            raise ValueError(f"{label}: a {record['kind']} {record['arch']} sweep trained at depth "
+                             f"{record['trained_depth']} does not share an axis with {first['arch']} at "
+                             f"{first['trained_depth']}")
+    sources = [{**record["sources"][0], "label": label} for label, record in records.items()]
+    return {**first, "sources": sources}
 
 
 def plot_depth_sweep(record: dict, path, title_data: str = "") -> None:

@@ -83,6 +83,9 @@ class CausalLM(nn.Module):
             state.rounds_used.append(used)
         state.position += tokens.shape[1]
         return logits
+    # The update the trainer is about to make (0-based; it sets this before every update): what a training depth
+    # schedule that changes over training reads (models/depth_schedule.py). 0 outside the trainer.
+    training_update: int = 0
     # True where training minimises `model.objective(model(inputs, with_exits=True), targets)` rather than the
     # cross-entropy of forward's logits (exit_gate_loop: an expected loss over exit steps); LMTask.loss reads it
     has_objective: bool = False

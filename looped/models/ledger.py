@@ -20,7 +20,10 @@ Conventions
                backward pass costs about twice the forward: one product for the input gradient and one for the
                weight gradient per forward product). Truncated backprop through time (RLT `truncate_bptt`)
                cuts the gradient between spans but still back-propagates through every step, so the factor
-               stays 3.
+               stays 3. A depth schedule (the looped rows' `depth_schedule`) sets `training_rounds` = (E[R],
+               E[k]): a training forward runs R rounds and back-propagates through the last k of them, so per
+               token it costs 3 x the work outside the rounds + (E[R] + 2 E[k]) x a round's (once-per-call work:
+               3 x, it is done with gradients).
   state bytes  the tensors incremental decoding keeps per sequence after L tokens (batch 1): KV caches
                grow by `state_per_token` bytes a position, the rest (workspace sums, RLT windows and feedback,
                LSTM h and c) is `state_fixed`. Caches that preallocate the whole context hold more memory than
@@ -79,6 +82,9 @@ class Ledger:
     state_fixed: dict[str, int] = field(default_factory=dict)  # decoding bytes per sequence, any position
     notes: list[str] = field(default_factory=list)  # what the count leaves out or treats specially
     decodes: bool = True  # False: the model reads whole inputs (reasoning rows) and keeps no decoding state
+    # a training depth schedule: the rounds a training forward runs and back-propagates through, in expectation
+    # (None: those of `rounds`, every one back-propagated)
+    training_rounds: tuple[float, float] | None = None
 
     @property
     def parts(self) -> dict[str, float]:
@@ -98,7 +104,13 @@ class Ledger:
 
     def training_flops(self, batch: int, calls: int = 1) -> float:
         """One update on `batch` sequences of `context` tokens in `calls` micro-batches (module docstring)."""
-        return TRAINING_FACTOR * self.forward_flops(batch, calls)
+        if self.training_rounds is None:
+            return TRAINING_FACTOR * self.forward_flops(batch, calls)
+        ran, backpropagated = self.training_rounds
+        per_round = sum(sum(r.values()) for r in self.rounds) / len(self.rounds)  # the looped rows' are all equal
+        per_token = (TRAINING_FACTOR * sum(self.outside.values())
+                     + (ran + (TRAINING_FACTOR - 1) * backpropagated) * per_round)
+        return per_token * batch * self.context + calls * TRAINING_FACTOR * sum(self.per_call.values())
 
     def state_bytes(self, context: int | None = None) -> int:
         """Decoding state of one sequence after `context` tokens (default: this ledger's context)."""
@@ -199,7 +211,12 @@ def render(ledger: Ledger, *, batch: int, state_contexts: tuple[int, ...] = ()) 
         lines.append(f"per {ledger.round_name}: {per_round} FLOP per token")
     for name, flops in ledger.per_call.items():
         lines.append(f"once per forward call: {name} {_si(flops)}FLOP")
-    lines.append(f"training FLOPs per update ({batch} x {ledger.context:,} tokens, 3 x forward): "
+    if ledger.training_rounds is None:
+        how = "3 x forward"
+    else:
+        ran, backpropagated = ledger.training_rounds
+        how = f"depth schedule: {ran:.3g} rounds forward, {backpropagated:.3g} back-propagated on average"
+    lines.append(f"training FLOPs per update ({batch} x {ledger.context:,} tokens, {how}): "
                  f"{_si(ledger.training_flops(batch))}FLOP")
     lines += _render_state(ledger, state_contexts) if ledger.decodes else ["no decoding state (reads whole inputs)"]
     lines += [f"note: {note}" for note in ledger.notes]

@@ -8,13 +8,20 @@ Rows (registry names) and what each round feeds the shared block T (seed 000 §3
   workspace           h^{r+1} = T(LN_b(u^r + c^r)), c^r read from a gated causal prefix workspace (eqs. 3-7),
                       recomputed every round
   workspace_retention the same with M^r = rho_r M^{r-1} + (1 - rho_r) M~^r (eq. 5)
-then o_i = W_LM LN_f(h_i^R) (eq. 8). The anchor is e_i = E(x_i) + p_i (eq. 1).
+then o_i = W_LM LN_f(h_i^R) (eq. 8). The anchor is e_i = E(x_i) + p_i (eq. 1). The workspace itself is
+models/workspace.py.
 
 Test-time depth: `rounds` is a call argument. Per-round parameters trained for R rounds are reused for
 rounds r >= R as those of round R-1 (conditioning sigma/tau, retention logits). The readouts that mix
 exits keep the *final* exit in the last slot: adaptive exit weights exits 1..R-1 with pi_0..pi_{R-2} and
 the final state h^{R'} with the remaining mass; conditioned-dense applies beta_r to exits r+1 <= R-1 only.
 With R' = R both are exactly the trained readouts.
+
+Training depth (`depth_schedule`, models/depth_schedule.py): in training mode a forward that is not given
+`rounds` runs the depth its schedule draws (fixed: `rounds`; uniform, the log-normal Poisson, or a depth growing
+over the updates), back-propagating through the last `backprop_rounds` of them when that is set (the earlier
+ones run without gradients; only rows that inject e every round accept it). A draw beyond `rounds` reuses the
+last round's parameters, as at test time. Eval mode and any given `rounds` run that depth, schedule or not.
 
 Incremental decoding keeps, for every round, the shared block's KV cache and the workspace running sums
 (N, D per slot), so a new token costs constant workspace work (seed 000 §7).
@@ -32,7 +39,6 @@ exit early stop paying for the rounds they skip.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -42,11 +48,13 @@ from torch import nn
 
 from ..nn import KVCache, LayerNorm, PreNormBlock
 from .base import CausalLM, DecodeState, LMConfig
+from .depth_schedule import DepthSchedule
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
 from .loop_exit import run_early_exit
 from .loop_stream import NextToken, stream_decode
 from .registry import register
 from .trace import RoundTrace
+from .workspace import Workspace
 
 
 @dataclass
@@ -55,13 +63,17 @@ class LoopConfig(LMConfig):
     dim: int = 256
     heads: int = 8
     ffn_dim: int = 1024
-    rounds: int = 4  # training depth R (a call argument can change it at test time)
+    # depth R: what eval runs by default (a call argument can change it at test time) and what training runs under
+    # the fixed schedule (the mean depth drawn by uniform and poisson_lognormal, the final one of progressive)
+    rounds: int = 4
     slots: int = 4  # workspace slots S (workspace rows only)
     slot_dim: int = 32  # coordinates per slot m (workspace rows only)
     norm_eps: float = 1e-5
     workspace_eps: float = 1e-6  # epsilon in sqrt(max(D, eps)), eq. 4
     gamma_init: float = 0.5  # workspace read gain, eq. 7
     retention_init: float = 0.2  # rho_r at init: l_r = log(0.2 / 0.8), eq. 5
+    # how each training forward's depth is drawn and how many of its rounds back-propagate (models/depth_schedule.py)
+    depth_schedule: DepthSchedule = field(default_factory=DepthSchedule)
 
     def validate(self) -> None:
         super().validate()
@@ -72,6 +84,7 @@ class LoopConfig(LMConfig):
             raise ValueError(f"model.dim: width {self.dim} is not divisible by heads {self.heads}")
         if not 0 < self.retention_init < 1:
             raise ValueError(f"model.retention_init must be in (0, 1), got {self.retention_init}")
+        self.depth_schedule.check(self.rounds)
 
 
 @dataclass
@@ -106,149 +119,6 @@ class Anchor(nn.Module):
         return self.norm(h + self.down(F.gelu(self.up(torch.cat((e, h), dim=-1)))))
 
 
-# A logit whose tanh is exactly 1.0 in float16, bfloat16, float32 and float64 (and finite in all of them)
-ONE_LOGIT = 1000.0
-
-
-class Workspace(nn.Module):
-    """Gated causal writes into S slots of m coordinates, read by content address (eqs. 3-7).
-
-    The path is memory-bound (its tensors are as large as the residual stream, its matmuls small), so it is
-    written to touch each large tensor as few times as possible:
-      * LN_w and LN_q normalise the same u: u is normalised once and each norm's gain and offset fold into
-        the projection after it, W (g * x + b) + b' = (W diag g) x + (W b + b'), so the gates, the values
-        and the query come from one matmul (exact up to rounding);
-      * gated values and gate masses are stacked as (..., S, m+1) so one cumulative sum gives N and D;
-      * the recomputed workspace never materialises M~ = N / sqrt(D): the normalisation folds into the
-        (batch, length, S) slot weights, sum_s alpha_s N_s / sqrt(D_s).
-    """
-
-    def __init__(self, dim: int, slots: int, slot_dim: int, rounds: int, eps: float, ws_eps: float,
-                 gamma_init: float, retention_init: float):
-        super().__init__()
-        self.slots, self.slot_dim, self.ws_eps = slots, slot_dim, ws_eps
-        self.write_norm = LayerNorm(dim, eps)  # LN_w
-        self.write = nn.Linear(dim, slots + slots * slot_dim)  # [W_g; W_v], [b_g; b_v]
-        self.query_norm = LayerNorm(dim, eps)  # LN_q (same eps as LN_w: they share one normalisation)
-        self.query = nn.Linear(dim, slot_dim)  # W_q, b_q
-        self.keys = nn.Parameter(torch.randn(slots, slot_dim) / math.sqrt(slot_dim))  # k_s ~ N(0, 1/m)
-        self.out = nn.Linear(slot_dim, dim)  # W_o, b_o
-        self.gamma = nn.Parameter(torch.full((1,), float(gamma_init)))  # 1-D: FSDP cannot shard 0-d
-        # R retention logits l_r; the recomputed variant carries but does not use them (Appendix B)
-        logit = math.log(retention_init / (1 - retention_init))
-        self.retention = nn.Parameter(torch.full((rounds,), logit))
-        self.combine_norm = LayerNorm(dim, eps)  # LN_b
-
-    def folded_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """[W_g; W_v; W_q] with LN_w's and LN_q's gains and offsets folded in: weight (S + S m + m, d), bias."""
-        weight = torch.cat((self.write.weight * self.write_norm.weight, self.query.weight * self.query_norm.weight))
-        bias = torch.cat((torch.addmv(self.write.bias, self.write.weight, self.write_norm.bias),
-                          torch.addmv(self.query.bias, self.query.weight, self.query_norm.bias)))
-        return weight, bias
-
-    def fold(self) -> tuple[torch.Tensor, ...]:
-        """Parameter-only work of the fused read (`read_recomputed`), done once per forward / decode call
-        because every round shares it: the projection to *slot logits* (the query's rows multiplied by
-        k_s / sqrt(m): q . k_s / sqrt(m) = x . (W_q^T k_s) / sqrt(m) + b_q . k_s / sqrt(m)), gates and values,
-        and the output projection scaled by gamma. Returns (weight^T (d, S + S + S (m+1)), bias, W_o'^T, b_o');
-        the projection's columns are [slot logits | gates | values], so one `split` cuts them."""
-        weight, bias = self.folded_projection()
-        gv = self.slots + self.slots * self.slot_dim
-        keys = self.keys / math.sqrt(self.slot_dim)  # (S, m)
-        # each slot's m value rows get a constant row (weight 0, bias ONE_LOGIT): tanh of it is exactly 1, so
-        # the projection's tanh yields [v | 1] per slot and one multiply by the gate gives [g v | g]
-        S, m, d = self.slots, self.slot_dim, weight.shape[1]
-        value_w = torch.cat((weight[S:gv].view(S, m, d), weight.new_zeros(S, 1, d)), dim=1).view(-1, d)
-        value_b = torch.cat((bias[S:gv].view(S, m), bias.new_full((S, 1), ONE_LOGIT)), dim=1).view(-1)
-        weight = torch.cat((keys @ weight[gv:], weight[:S], value_w))
-        bias = torch.cat((keys @ bias[gv:], bias[:S], value_b))
-        # stored transposed (views): each round's addmm then needs no transpose of its own
-        return weight.t(), bias, (self.gamma * self.out.weight).t(), self.gamma * self.out.bias
-
-    def read_recomputed(self, u: torch.Tensor, carry: torch.Tensor | None, folded: tuple[torch.Tensor, ...],
-                        mass_settled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """u + c, with c = gamma (W_o sum_s alpha_s N_s / sqrt(max(D_s, eps)) + b_o), for u (b, l, dim), in as
-        few operator calls as the equations allow (a token of decoding pays per call, views included);
-        returns u + c (what LN_b normalises) and the sums [N | D] (b, l, S, m+1). The same arithmetic as
-        project -> prefix_sums -> slot_weights -> read, regrouped. `mass_settled`: the carry's every D is
-        already >= eps, so no D of this call can be below it and the clamp is skipped (decoding)."""
-        weight_t, bias, out_weight_t, out_bias = folded
-        S, m = self.slots, self.slot_dim
-        b, n, d = u.shape
-        rows = b * n
-        # 2-D matmuls (batch * length rows): a 3-D F.linear costs several more dispatches per call
-        flat_u = u.reshape(rows, d)
-        x = torch.layer_norm(flat_u, (d,), None, None, self.write_norm.eps)
-        logits, gates, values = torch.addmm(bias, x, weight_t).split((S, S, S * (m + 1)), 1)
-        gate = torch.sigmoid(gates).unsqueeze(-1)  # (b n, S, 1)
-        # [v | 1] (see fold): one multiply by the gate gives [g v | g] (g * 1 is exact), no concatenation
-        value_one = torch.tanh(values).view(rows, S, m + 1)
-        if n == 1 and carry is not None:  # one position: carry + g [v | 1] in one kernel
-            flat = torch.addcmul(carry, gate, value_one)  # (b, S, m+1)
-        else:
-            flat = gate * value_one
-            if n > 1:  # a running sum over one position is the position itself
-                flat = flat.view(b, n, S, m + 1).cumsum(dim=1)
-                if carry is not None:
-                    flat = flat + carry.unsqueeze(1)
-                flat = flat.view(rows, S, m + 1)
-            elif carry is not None:
-                flat = flat + carry
-        mass = flat[..., m]  # D (b n, S), a view of the sums
-        if mass_settled and carry is not None:
-            inverse_norm = mass.rsqrt()
-        else:
-            inverse_norm = mass.clamp_min(self.ws_eps).rsqrt_()  # in place on the clamp's own output
-        if torch.is_grad_enabled():  # autograd keeps softmax's output: no in-place update of it
-            weights = torch.softmax(logits, dim=-1) * inverse_norm  # (b n, S)
-        else:  # decoding: the same in place, one allocation fewer
-            weights = torch.softmax(logits, dim=-1).mul_(inverse_norm)
-        if n == 1:  # one position per row: a batched (1 x S) @ (S x m) product is one kernel
-            mixed = torch.bmm(weights.unsqueeze(1), flat[..., :m]).view(rows, m)
-        else:  # many positions: a broadcast multiply-sum is faster than b n tiny matmuls
-            mixed = (weights.unsqueeze(-1) * flat[..., :m]).sum(dim=-2)
-        # (u + b_o') + W_o' mixed accumulated in place: no bias copy and no separate residual add
-        return (flat_u + out_bias).addmm_(mixed, out_weight_t).view(b, n, d), flat.view(b, n, S, m + 1)
-
-    def project(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(batch, length, dim) -> gates g (b, l, S), values v (b, l, S, m), query q (b, l, m)  (eqs. 3, 6)."""
-        x = F.layer_norm(u, u.shape[-1:], eps=self.write_norm.eps)
-        projected = F.linear(x, *self.folded_projection())
-        S, m = self.slots, self.slot_dim
-        gate = torch.sigmoid(projected[..., :S])
-        value = torch.tanh(projected[..., S:S + S * m]).unflatten(-1, (S, m))
-        return gate, value, projected[..., S + S * m:]
-
-    def prefix_sums(self, gate: torch.Tensor, value: torch.Tensor, carry: torch.Tensor | None) -> torch.Tensor:
-        """Running [N | D] per slot, (batch, length, S, m+1): N = sum_{j<=i} g v, D = sum_{j<=i} g (eq. 4).
-
-        `carry` (batch, S, m+1) holds the sums over earlier chunks (incremental decoding)."""
-        gate = gate.unsqueeze(-1)
-        sums = torch.cat((gate * value, gate), dim=-1).cumsum(dim=1)
-        return sums if carry is None else sums + carry.unsqueeze(1)
-
-    def inverse_norm(self, sums: torch.Tensor) -> torch.Tensor:
-        """1 / sqrt(max(D, eps)) per position and slot, (batch, length, S)."""
-        return sums[..., -1].clamp_min(self.ws_eps).rsqrt()
-
-    def memory(self, sums: torch.Tensor) -> torch.Tensor:
-        """M~ = N / sqrt(max(D, eps)), (batch, length, S, m)  (eq. 4)."""
-        return sums[..., :-1] * self.inverse_norm(sums).unsqueeze(-1)
-
-    def slot_weights(self, query: torch.Tensor) -> torch.Tensor:
-        """alpha = softmax_s(q . k_s / sqrt(m)), (batch, length, S)  (eq. 6)."""
-        return torch.softmax(query @ self.keys.t() / math.sqrt(self.slot_dim), dim=-1)
-
-    def read(self, weights: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """c = gamma (W_o sum_s w_s slots_s + b_o)  (eq. 7); weights (b, l, S), slots (b, l, S, m).
-
-        A broadcast multiply and sum: a batched (1 x S) @ (S x m) matmul per position is 3x slower here."""
-        return self.gamma * self.out((weights.unsqueeze(-1) * slots).sum(dim=-2))
-
-    def rho(self, r: int) -> torch.Tensor:
-        return torch.sigmoid(self.retention[min(r, len(self.retention) - 1)])
-
-
 # --- the family -----------------------------------------------------------------------------------------
 class LoopedLM(CausalLM):
     """Shared machinery: anchor embedding, shared block, per-round caches, final norm and head.
@@ -263,9 +133,16 @@ class LoopedLM(CausalLM):
     # positions): an exited position's keys/values are then the same in every later round (loop_exit.py)
     static_block_input = False
     readout_mixes_exits = False  # the readout reads every round's exit, not only the last (adaptive, conditioned)
+    # block_input reads the anchor e every round (input injection): required by truncated backprop through depth,
+    # without which the embedding would enter only round 0, which runs without gradients
+    injects_input = False
 
     def __init__(self, config: LoopConfig):
         super().__init__()
+        if config.depth_schedule.backprop_rounds is not None and not self.injects_input:
+            raise ValueError(f"model.depth_schedule.backprop_rounds: {self.arch_name} feeds the embedding to round 0 "
+                             f"only, which truncated backprop runs without gradients, so the embedding would not "
+                             f"learn; leave it null, or use a row that injects the input every round (anchored_loop)")
         self.config = config
         d = config.dim
         self.embed = nn.Embedding(config.vocab_size, d)
@@ -301,7 +178,17 @@ class LoopedLM(CausalLM):
         size = item_bytes(self)
         return Ledger(self.arch_name, context, rounds, outside, per_round, per_call=self.call_flops(),
                       state_per_token={"kv cache": rounds * 2 * c.dim * size},
-                      state_fixed=self.fixed_state_bytes(rounds, size))
+                      state_fixed=self.fixed_state_bytes(rounds, size), training_rounds=self.training_rounds())
+
+    def training_rounds(self, update: int | None = None) -> tuple[float, float] | None:
+        """(E[rounds run], E[rounds back-propagated]) of a training forward at `update` under the depth schedule
+        (None: once the schedule has settled); None where training runs `rounds` rounds, every one back-propagated."""
+        return self.config.depth_schedule.expected(self.config.rounds, update)
+
+    @property
+    def schedule_settles(self) -> int:
+        """The first update from which `training_rounds` no longer changes (a progressive schedule's ramp)."""
+        return self.config.depth_schedule.settled_update()
 
     def round_extra_flops(self) -> dict[str, float]:
         """Per-token FLOPs a round adds to the shared block (anchor, workspace)."""
@@ -347,9 +234,31 @@ class LoopedLM(CausalLM):
         return run_early_exit(self, tokens, rounds, state, threshold)
 
     def forward(self, tokens: torch.Tensor, *, rounds: int | None = None) -> torch.Tensor:
-        rounds = self.resolve_rounds(rounds)
         self.check_tokens(tokens)
-        return self.run_rounds(tokens, rounds, None)
+        if rounds is None and self.training:  # the training depth schedule (models/depth_schedule.py)
+            rounds, first_with_grad = self.config.depth_schedule.draw(self.config.rounds, self.training_update)
+            if first_with_grad:
+                return self.run_truncated(tokens, rounds, first_with_grad)
+        return self.run_rounds(tokens, self.resolve_rounds(rounds), None)
+
+    def run_truncated(self, tokens: torch.Tensor, rounds: int, first_with_grad: int) -> torch.Tensor:
+        """The full forward with truncated backprop through depth: rounds 0 .. first_with_grad - 1 run without
+        gradients, so their state and exits reach the later rounds and the readout as constants; the parameters
+        learn from the last rounds (and, through the anchor e, the embedding from every round that has
+        gradients). Otherwise the same calls as run_rounds without a state."""
+        e = self.anchor_embedding(tokens, 0)
+        h, exits, aux = e, [], self.call_aux()
+        grad = torch.is_grad_enabled()
+        for r in range(rounds):
+            with torch.set_grad_enabled(grad and r >= first_with_grad):
+                h = self.round_step(r, e, h, aux)
+            exits.append(h)
+        return self.head(self.final_norm(self.readout(e, exits)))
+
+    def call_aux(self) -> dict:
+        """What a truncated forward computes before its rounds, with gradients on, so that the rounds without
+        them do not compute it detached (the workspace fold)."""
+        return {}
 
     def trace(self, tokens: torch.Tensor, *, rounds: int | None = None) -> Iterator[RoundTrace]:
         """Every round of the full forward (models/trace.py): the state h^{r+1} and the readout over the exits
@@ -444,6 +353,8 @@ class AdaptiveExit(LoopedLM):
 
 
 class _Anchored(LoopedLM):
+    injects_input = True  # the anchor reads [e; h^r] every round (eq. 2)
+
     def build_extras(self) -> None:
         self.anchor = Anchor(self.config.dim, self.config.norm_eps)
 
@@ -527,6 +438,9 @@ class WorkspaceLoop(_Anchored):
             memory = rho * aux["memory"] + (1 - rho) * memory
         aux["memory"] = memory
         return ws.combine_norm(u + ws.read(alpha, memory))
+
+    def call_aux(self) -> dict:
+        return {} if self.retain else {"folded": self.workspace.fold()}  # parameter-only: every round reads it
 
     def round_extra_flops(self) -> dict[str, float]:
         """The anchor plus the workspace: one projection to gates, values and the query side, then the read.

@@ -55,6 +55,7 @@ from ..nn.attention import MultiHeadAttention
 from ..nn.mlp import make_mlp
 from ..nn.norm import RMSNorm
 from .base import CausalLM, DecodeState, LMConfig
+from .depth_schedule import sample_rounds  # the paper's log-normal Poisson, shared with the looped rows
 from .ledger import Ledger, add_parts, block_flops, item_bytes, linear_flops
 from .registry import register
 from .trace import RoundTrace
@@ -69,7 +70,7 @@ class PreludeCodaConfig(LMConfig):
     prelude_layers: int = 2  # blocks of the prelude P (run once)
     core_layers: int = 4  # blocks of the recurrent core R (run every iteration)
     coda_layers: int = 2  # blocks of the coda C (run once, on the last state)
-    rounds: int = 32  # r_bar: the mean of the training distribution and the default depth at eval
+    rounds: int = 32  # r_bar: the mean Poisson rate in training (the depths drawn average r_bar + 1) and the eval depth
     backprop_rounds: int = 8  # k: training back-propagates through the last k iterations
     sample_rounds: bool = True  # training draws r from the log-normal Poisson (False: r = r_bar)
     rounds_sigma: float = 0.5  # sigma_r of the log-normal
@@ -120,13 +121,6 @@ def run_layers(layers: nn.ModuleList, x: torch.Tensor, caches: list[KVCache] | N
     for j, layer in enumerate(layers):
         x = layer(x, caches[j] if caches is not None else None)
     return x
-
-
-def sample_rounds(mean: int, sigma: float) -> int:
-    """The paper's heavy-tailed depth: tau ~ N(log(mean) - sigma^2 / 2, sigma^2), r = Poisson(e^tau) + 1
-    (torch's generator, so `train.seed` reproduces the draws)."""
-    tau = torch.randn(()) * sigma + (math.log(mean) - sigma ** 2 / 2)
-    return int(torch.poisson(tau.exp())) + 1
 
 
 @register("prelude_coda", PreludeCodaConfig,

@@ -76,6 +76,7 @@ from torch import nn
 
 from ..nn import KVCache, MultiHeadAttention, RMSNorm, make_mlp
 from .base import CausalLM, LMConfig
+from .depth_schedule import per_sequence_schedule, sample_depths  # the per-sequence samplers (depth_schedule.py)
 from .ledger import Ledger, add_parts, block_flops, item_bytes, linear_flops
 from .prelude_coda import PreludeCodaState
 from .registry import register
@@ -184,23 +185,6 @@ def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, values: list, caches: lis
     for j, block in enumerate(blocks):
         x = block(x, values[j], caches[j] if caches is not None else None)
     return x
-
-
-def sample_depths(batch: int, mean: int, backprop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sequence depths: T_b = max(1, Poisson(mean)); (T_b - k_b rounds without gradients, k_b = min(T_b,
-    backprop) with), two (batch,) int64 tensors. Torch's generator, so `train.seed` reproduces the draws."""
-    total = torch.poisson(torch.full((batch,), float(mean))).clamp(min=1).long()
-    with_grad = total.clamp(max=backprop)
-    return total - with_grad, with_grad
-
-
-def per_sequence_schedule(no_grad: torch.Tensor, with_grad: torch.Tensor) -> tuple[int, int, torch.Tensor]:
-    """(rounds, first round with gradients, updates (rounds, batch) bool) running every sequence's no-grad rounds
-    in one phase of max(no_grad) rounds and its gradient rounds in a second of max(with_grad) (module docstring)."""
-    n, k = int(no_grad.max()), int(with_grad.max())
-    step = torch.arange(n + k)[:, None]
-    updates = (step < no_grad) | ((step >= n) & (step - n < with_grad))
-    return n + k, n, updates
 
 
 @register("stable_loop", StableLoopConfig,

@@ -35,7 +35,7 @@ from ..io import atomic_write_text
 from ..models import build_model
 from ..models.compile import compile_model
 from . import checkpoint as ckpt
-from .compute import budget_steps, flops_per_update
+from .compute import budget_steps, update_flops
 from .config import RunConfig
 from .distributed import Dist, all_mean, any_rank, barrier, init_distributed, shutdown
 from .run_folder import RunLock, existing_run, read_metrics
@@ -189,9 +189,9 @@ class Trainer:
             compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
-        self.flops_per_update = flops_per_update(self.model, cfg, self.task,  # None: not fixed (non-LM tasks)
-                                                 calls=self.dist.world * self.accumulation)
-        self.total_steps = budget_steps(tc, self.targets_per_update, self.flops_per_update)
+        self.update_flops = update_flops(self.model, cfg, self.task,  # None: not fixed (non-LM tasks)
+                                         calls=self.dist.world * self.accumulation)
+        self.total_steps = budget_steps(tc, self.targets_per_update, self.update_flops)
         if self.fsdp:  # shard before the optimizer sees the parameters; resumed weights are loaded unsharded
             from .fsdp import shard
 
@@ -395,7 +395,7 @@ class Trainer:
 
     def _flops_so_far(self) -> dict:
         """Cumulative training FLOPs (the compute ledger) for a metrics line; nothing where they are not fixed."""
-        return {} if self.flops_per_update is None else {"flops": self.step * self.flops_per_update}
+        return {} if self.update_flops is None else {"flops": self.update_flops.until(self.step)}
 
     def _stop_on_signal(self, name: str) -> None:
         if self.saved_step != self.step:
@@ -410,6 +410,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         task = self.task
+        self.model.training_update = self.step  # what a depth schedule that changes over training reads
         batch = task.global_batch(cfg.train.batch_size)  # identical on every rank
         mine = task.shard(batch, self.dist.rank * self.per_rank, (self.dist.rank + 1) * self.per_rank)  # disjoint
         device = self.dist.device
