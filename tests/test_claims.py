@@ -93,3 +93,11 @@ def test_report_option_rewrites_tables_and_claims_without_training(tmp_path, cap
     assert (out / "table.md").exists() and (out / "parity.png").exists()
     assert "| Parity to 256 bits" in (out / "claims.md").read_text()
     assert not (tmp_path / "runs").exists()  # nothing trained
+
+
+def test_a_rows_figure_is_named_once_when_another_condition_quotes_it():
+    """Flat mod-5 read 'RLT-1 36.5 (n=3); RLT-1 36.5 (n=3) vs Transformer 19.4': the first text is inside the second."""
+    rlt, plain = ("RLT-1", [30.0, 35.0, 44.0]), ("Transformer", [19.0, 20.0, 19.5])
+    claim = Claim("s", "p", "sel", lambda: [at_least(*rlt, 35.0), ahead(rlt, plain)])
+    ours = claim.evidence()[0]
+    assert ours.count("RLT-1 36.3") == 1 and "vs Transformer" in ours, ours

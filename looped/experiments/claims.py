@@ -51,7 +51,8 @@ class Claim:
         """(ours, verdict, margin): the conditions' texts joined, the worst verdict."""
         found = list(self.conditions())
         verdict = max((e.verdict for e in found), key=VERDICTS.index) if found else "not run"
-        ours = dict.fromkeys(e.ours for e in found)  # two conditions on one row name it once
+        texts = list(dict.fromkeys(e.ours for e in found))  # two conditions on one row name it once ...
+        ours = [t for t in texts if not any(t != other and t in other for other in texts)]  # ... or inside another
         return "; ".join(ours), verdict, "; ".join(e.margin for e in found if e.margin)
 
 
