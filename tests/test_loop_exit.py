@@ -76,6 +76,19 @@ def close(a, b):
     torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
 
 
+def check_each_row(tokens, logits, used, state, dense_state, alone) -> None:
+    """Every row of a batched exit run has the dense rule's caches, and the logits, rounds used and caches it
+    gets decoded alone (`alone(rows)` -> (logits, used, state) of a one-row batch)."""
+    for row in range(tokens.shape[0]):
+        for mine, dense in zip(row_state(state, row), row_state(dense_state, row), strict=True):
+            close(mine, dense)
+        alone_logits, alone_used, alone_state = alone(tokens[row:row + 1])
+        close(logits[row:row + 1], alone_logits)
+        assert torch.equal(used[row:row + 1], alone_used)
+        for mine, by_itself in zip(row_state(state, row), row_state(alone_state, 0), strict=True):
+            close(mine, by_itself)
+
+
 @pytest.mark.parametrize("arch", LOOPED)
 def test_scoring_a_batch_gives_each_row_the_dense_rule_and_its_own_alone(arch):
     model = tiny_model(arch)
@@ -103,14 +116,7 @@ def test_decoding_a_batch_leaves_each_row_the_logits_and_caches_it_has_alone(arc
         close(logits, dense_logits)
         assert torch.equal(used, model.forward_early_exit(x, threshold, rounds=ROUNDS)[1])
         assert len(used[:, PREFILL:].unique()) > 1, "decoded tokens should exit after different rounds"
-        for row in range(4):
-            for mine, dense in zip(row_state(state, row), row_state(dense_state, row), strict=True):
-                close(mine, dense)
-            alone_logits, alone_used, alone_state = decode_all(model, x[row:row + 1], threshold)
-            close(logits[row:row + 1], alone_logits)
-            assert torch.equal(used[row:row + 1], alone_used)
-            for mine, alone in zip(row_state(state, row), row_state(alone_state, 0), strict=True):
-                close(mine, alone)
+        check_each_row(x, logits, used, state, dense_state, lambda rows: decode_all(model, rows, threshold))
 
 
 @pytest.mark.parametrize("arch", ["shared_loop", "workspace"])

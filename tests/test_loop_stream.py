@@ -8,7 +8,7 @@ import torch
 from looped.nn import MultiHeadAttention, stacked_caches
 
 from lm_drivers import tiny_model
-from test_loop_exit import LOOPED, PREFILL, ROUNDS, close, dense_rule, row_state, varied_threshold
+from test_loop_exit import LOOPED, PREFILL, ROUNDS, check_each_row, close, dense_rule, varied_threshold
 
 LENGTH = 20
 
@@ -49,14 +49,7 @@ def test_streaming_a_batch_gives_each_row_its_decode_and_its_caches(arch):
         _, lock_state = stepped(model, x, threshold)
         assert torch.equal(used, torch.cat(lock_state.rounds_used[1:], 1))
         assert state.position == LENGTH and all(cache.length == LENGTH for cache in state.caches)
-        for row in range(4):
-            for mine, dense in zip(row_state(state, row), row_state(dense_state, row), strict=True):
-                close(mine, dense)
-            alone_logits, alone_used, alone_state = streamed(model, x[row:row + 1], threshold)
-            close(logits[row:row + 1], alone_logits)
-            assert torch.equal(used[row:row + 1], alone_used)
-            for mine, alone in zip(row_state(state, row), row_state(alone_state, 0), strict=True):
-                close(mine, alone)
+        check_each_row(x, logits, used, state, dense_state, lambda rows: streamed(model, rows, threshold))
         # the state goes on as decode's would: the next token sees the same caches
         close(model.decode(x[:, -1:], state), model.decode(x[:, -1:], lock_state))
 

@@ -85,7 +85,7 @@ def continue_conversation(model, state_path: Path, prompt: list[int], *, max_new
     if max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {max_new_tokens}")
     if not getattr(model, "saves_state", False):
-        raise ValueError(f"{model.arch_name} cannot save its decode state (rlt and rlt0 can)")
+        raise ValueError(f"{model.arch_name} cannot save its decode state (rlt, rlt0 and mixture_of_recursions can)")
     model.eval()
     state_path = Path(state_path)
     if state_path.exists():

@@ -112,11 +112,24 @@ class CausalLM(nn.Module):
 
     def state_to_tensors(self, state: DecodeState) -> tuple[dict[str, torch.Tensor], dict]:
         """(tensors, JSON-able metadata) of a decode state, to save it (`looped continue`)."""
-        raise ValueError(f"{self.arch_name or type(self).__name__} cannot save its decode state (rlt and rlt0 can)")
+        raise ValueError(f"{self.arch_name or type(self).__name__} cannot save its decode state (rlt, rlt0 and mixture_of_recursions can)")
 
     def state_from_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> DecodeState:
         """The decode state state_to_tensors saved; ValueError naming the first field that does not fit."""
-        raise ValueError(f"{self.arch_name or type(self).__name__} cannot restore a decode state (rlt and rlt0 can)")
+        raise ValueError(f"{self.arch_name or type(self).__name__} cannot restore a decode state (rlt, rlt0 and mixture_of_recursions can)")
+
+    STATE_FIELDS: tuple[str, ...] = ()  # config fields a saved decode state must share with the model reading it
+
+    def check_state_fits(self, meta: dict) -> None:
+        """ValueError naming the first of STATE_FIELDS a saved state's metadata disagrees on, or a position past
+        the context length (used by state_from_tensors of the models that save their state)."""
+        for name in self.STATE_FIELDS:
+            if name not in meta or meta[name] != getattr(self.config, name):
+                raise ValueError(f"state does not fit this model: {name} is {meta.get(name)!r} in the state, "
+                                 f"{getattr(self.config, name)!r} here")
+        if int(meta["position"]) > self.config.context_length:
+            raise ValueError(f"state does not fit this model: it holds {meta['position']} positions, more than "
+                             f"model.context_length {self.config.context_length}")
 
     @property
     def default_rounds(self) -> int | None:

@@ -299,13 +299,7 @@ class MixtureOfRecursions(CausalLM):
 
     def state_from_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> MoRState:
         """The state state_to_tensors saved; refuses one saved by another configuration, naming the field."""
-        for name in self.STATE_FIELDS:
-            if name not in meta or meta[name] != getattr(self.config, name):
-                raise ValueError(f"state does not fit this model: {name} is {meta.get(name)!r} in the state, "
-                                 f"{getattr(self.config, name)!r} here")
-        if int(meta["position"]) > self.config.context_length:
-            raise ValueError(f"state does not fit this model: it holds {meta['position']} positions, more than "
-                             f"model.context_length {self.config.context_length}")
+        self.check_state_fits(meta)
         state = self.init_state(int(meta["batch"]), rounds=int(meta["rounds"]))
         state.position, w = int(meta["position"]), self.embed.weight
         for name, cache in self.named_caches(state):

@@ -499,13 +499,7 @@ class RLT(CausalLM):
 
     def state_from_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> RLTState:
         """Rebuild a decode state saved by state_to_tensors; refuses one saved by a different config."""
-        for name in self.STATE_FIELDS:
-            if name not in meta or meta[name] != getattr(self.config, name):
-                raise ValueError(f"state does not fit this model: {name} is {meta.get(name)!r} in the state, "
-                                 f"{getattr(self.config, name)!r} here")
-        if int(meta["position"]) > self.config.context_length:
-            raise ValueError(f"state does not fit this model: it holds {meta['position']} positions, more than "
-                             f"model.context_length {self.config.context_length}")
+        self.check_state_fits(meta)
         state = self.init_state(int(meta["batch"]))
         state.position = int(meta["position"])
         for kind, caches in (("encoder", state.encoder), ("memory", state.memory)):
