@@ -282,8 +282,7 @@ class RunSummary:
         if returned is not None:  # the trainer's own account; the checkpoint's agrees (it was just written)
             meta = {**meta, "step": returned["step"], "best_step": returned["best_step"]}
         path = Path(folder) / "metrics.jsonl"
-        events = [e for e in (read_metrics(path) if path.exists() else []) if "val_loss" in e or
-                  any(k.startswith("val_") for k in e)]
+        events = [e for e in (read_metrics(path) if path.exists() else []) if any(k.startswith("val_") for k in e)]
         return cls(Path(folder), seconds, int(meta["step"]), meta.get("best_step"), int(meta.get("targets", 0)),
                    tuple(events))
 

@@ -203,6 +203,7 @@ class Trainer:
         self.step, self.best_loss, self.best_step = 0, math.inf, -1
         self.evaluated_step = self.saved_step = -1
         self.seconds_before = 0.0  # wall time of earlier processes of this run (a resume continues the clock)
+        self.clock_start = time.perf_counter()
         self.run_id = new_run_id()  # a resume takes the checkpoint's
         if self.resume:
             self._restore(last)
@@ -351,7 +352,6 @@ class Trainer:
         bar = progress_bar(total=self.total_steps, initial=self.step, disable=not (self.progress and self.dist.main),
                            unit="upd", desc="train")
         last_eval = None
-        self.clock_start = time.perf_counter()
         try:
             window_start, window_targets = time.perf_counter(), 0
             while self.step < end:
@@ -391,7 +391,7 @@ class Trainer:
 
     def _seconds(self) -> float:
         """Wall time this run has trained (evaluations and checkpoints included), over every process of it."""
-        return self.seconds_before + time.perf_counter() - getattr(self, "clock_start", time.perf_counter())
+        return self.seconds_before + time.perf_counter() - self.clock_start
 
     def _flops_so_far(self) -> dict:
         """Cumulative training FLOPs (the compute ledger) for a metrics line; nothing where they are not fixed."""
