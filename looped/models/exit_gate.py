@@ -11,9 +11,23 @@ of stopping there given no earlier stop:
 Each layer is the paper's: multi-head attention with RoPE, a SwiGLU FFN, and RMSNorm before *and* after each
 sublayer ("sandwich" norm): x + N_2(Attn(N_1(x))), then the same around the FFN. No biases in the layers.
 
-Training (stage I of the paper, `objective`): per position i the expected next-token loss under p minus beta
-times the entropy of p, sum_t p_i(t) L_i^(t) - beta H(p_i), averaged over positions. The paper's stage II (gate
-training from the loss improvement between steps, with the LM frozen) is NOT implemented.
+Training, stage I of the paper (`objective`): per position i the expected next-token loss under p minus beta
+times the entropy of p, sum_t p_i(t) L_i^(t) - beta H(p_i), averaged over positions.
+
+Stage II (`train.exit_gate_stage: 2`, from a stage-I run by `train.init_from`; `train_gate_only` switches the
+model): the LM is frozen and only the gate learns, from how much the next step improves each position's loss:
+
+    I_i^(t) = max(0, L_i^(t) - L_i^(t+1))              (detached: the LM is not trained)
+    w_i^(t) = sigmoid(k (I_i^(t) - gamma))              the probability that continuing past step t is worth it
+    loss_i  = mean_{t<T} -[w_i^(t) log(1 - lambda_i^(t)) + (1 - w_i^(t)) log lambda_i^(t)]
+
+k = `train.exit_gate_slope` (default 50) and gamma = `train.exit_gate_margin` (default 0.005, in nats), the
+paper's values as we read them. Choices where the paper leaves details open (tested in
+tests/test_exit_gate_stage2.py):
+  * the paper writes the improvement from step t-1 to t; it trains the gate read after step t-1 here, the gate
+    that decides whether step t runs, so steps 1 .. T-1 get a target and step T's gate gets none (the last step
+    always exits, its lambda is unused);
+  * the per-step terms are averaged over the T-1 steps, then over positions (as stage I).
 
 Inference: `forward` returns step T's logits (all steps; `rounds` changes T at test time). `forward_early_exit`
 (and a decode state made with `exit_threshold`) applies the paper's rule: a position exits at the first step
@@ -90,6 +104,36 @@ class ExitSteps:
     exit_probs: torch.Tensor  # lambda_t, (batch, length, T)
 
 
+@dataclass(frozen=True)
+class GateTarget:
+    """Stage II's target w = sigmoid(slope (improvement - margin)): k and gamma of the module docstring."""
+
+    slope: float = 50.0
+    margin: float = 0.005  # nats of loss improvement that make one more step worth it (w = 1/2 there)
+
+
+def step_losses(steps: ExitSteps, targets: torch.Tensor) -> torch.Tensor:
+    """L^(t) per position, float32: T x (batch, length, vocab) logits, (batch, length) targets -> (batch, length, T)."""
+    return torch.stack([F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+                        for logits in steps.logits], dim=-1)
+
+
+def continuation_targets(losses: torch.Tensor, target: GateTarget) -> torch.Tensor:
+    """w^(t) = sigmoid(k (max(0, L^(t) - L^(t+1)) - gamma)) for t = 1 .. T-1: (..., T) -> (..., T-1)."""
+    improvement = (losses[..., :-1] - losses[..., 1:]).clamp(min=0)
+    return torch.sigmoid(target.slope * (improvement - target.margin))
+
+
+def gate_loss(exit_probs: torch.Tensor, losses: torch.Tensor, target: GateTarget) -> torch.Tensor:
+    """Stage II per position: the cross-entropy of lambda^(t) against exiting with probability 1 - w^(t),
+    averaged over t = 1 .. T-1 (step T's gate has no next step to judge). (..., T), (..., T) -> (...)."""
+    keep_going = continuation_targets(losses, target)
+    lam = exit_probs[..., :-1]
+    # written out (F.binary_cross_entropy refuses to run under autocast); logs floored at -100 as that loss does
+    log_exit, log_stay = lam.log().clamp(min=-100), torch.log1p(-lam).clamp(min=-100)
+    return -(keep_going * log_stay + (1 - keep_going) * log_exit).mean(-1)
+
+
 def exit_distribution(exit_probs: torch.Tensor) -> torch.Tensor:
     """p(t) = lambda_t prod_{j<t} (1 - lambda_j), the last step taking the remaining mass; (..., T) -> (..., T)."""
     survive = torch.cumprod(1 - exit_probs, dim=-1)  # S_t
@@ -132,6 +176,16 @@ class ExitGateLoop(CausalLM):
         self.head = nn.Linear(d, config.vocab_size, bias=False)
         self.gate = nn.Linear(d, 1)
         nn.init.zeros_(self.gate.bias)
+        self.gate_target: GateTarget | None = None  # set by train_gate_only: the objective is stage II's
+
+    def train_gate_only(self, target: GateTarget) -> None:
+        """Stage II: freeze every parameter but the gate's (an optimizer built afterwards sees only those) and
+        make `objective` the gate's loss against `target`."""
+        if self.config.rounds < 2:
+            raise ValueError("train.exit_gate_stage 2 needs model.rounds >= 2 (the targets compare consecutive steps)")
+        for name, p in self.named_parameters():
+            p.requires_grad_(name.startswith("gate."))
+        self.gate_target = target
 
     @property
     def default_rounds(self) -> int:
@@ -175,14 +229,17 @@ class ExitGateLoop(CausalLM):
         return self.head(self.final_norm(h))
 
     def objective(self, steps: ExitSteps, targets: torch.Tensor) -> torch.Tensor:
-        """Stage I, averaged over every position (task kind "lm")."""
+        """The training objective (stage I, or stage II after `train_gate_only`), averaged over every position
+        (task kind "lm")."""
         return self.position_objective(steps, targets).mean()
 
     def position_objective(self, steps: ExitSteps, targets: torch.Tensor) -> torch.Tensor:
-        """Stage I per position, sum_t p(t) L^(t) - beta H(p), in float32: (batch, length), so that a task that
-        scores selected targets only (kind "sequence") can average it its own way. Targets must be valid ids."""
-        losses = torch.stack([F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
-                              for logits in steps.logits], dim=-1)  # (batch, length, T)
+        """The objective per position in float32: (batch, length), so that a task that scores selected targets
+        only (kind "sequence") can average it its own way. Targets must be valid ids.
+        Stage I: sum_t p(t) L^(t) - beta H(p). Stage II: the gate's loss against the improvement targets."""
+        losses = step_losses(steps, targets)  # (batch, length, T)
+        if self.gate_target is not None:
+            return gate_loss(steps.exit_probs.float(), losses.detach(), self.gate_target)
         p = exit_distribution(steps.exit_probs.float())
         entropy = -torch.special.xlogy(p, p).sum(-1)
         return (p * losses).sum(-1) - self.config.entropy_weight * entropy

@@ -62,6 +62,9 @@ class TrainConfig:
     # Fine-tuning: start from the weights of a run folder (its train.select checkpoint), a checkpoint folder or
     # hf:ORG/NAME; the optimizer, step and data order start fresh, and the model section must match the source's.
     init_from: str | None = None
+    exit_gate_stage: int = 1  # exit_gate_loop: 1 = the LM and gate (Ouro stage I); 2 = the gate alone, LM frozen
+    exit_gate_slope: float = 50.0  # stage 2: k of the target w = sigmoid(k (loss improvement - margin))
+    exit_gate_margin: float = 0.005  # stage 2: gamma, the improvement (nats) at which w = 1/2
 
     def validate(self) -> None:
         if sum(getattr(self, name) is not None for name in BUDGETS) != 1:
@@ -78,6 +81,11 @@ class TrainConfig:
         for name in ("eval_every", "eval_batches", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        if self.exit_gate_stage not in (1, 2):
+            raise ValueError(f"train.exit_gate_stage must be 1 or 2, got {self.exit_gate_stage}")
+        if not self.exit_gate_slope > 0 or self.exit_gate_margin < 0:
+            raise ValueError(f"train.exit_gate_slope must be > 0 and train.exit_gate_margin >= 0, got "
+                             f"{self.exit_gate_slope} and {self.exit_gate_margin}")
 
 
 @dataclass
@@ -106,9 +114,23 @@ class RunConfig:
         if self.train.max_flops is not None and self.task.kind != "lm":
             raise ValueError(f"train.max_flops: task.kind {self.task.kind!r} varies its FLOPs per update; a FLOP "
                              f"budget needs task.kind 'lm' (set train.max_steps or train.max_targets)")
+        if self.train.exit_gate_stage == 2:
+            check_gate_stage(self)
         if self.task.kind == "lm" and self.data.block_size - 1 > self.model.context_length:
             raise ValueError(f"model.context_length: {self.model.context_length} is shorter than the "
                              f"{self.data.block_size - 1} inputs of a data.block_size {self.data.block_size} block")
+
+
+def check_gate_stage(config: RunConfig) -> None:
+    """Stage 2 trains the exit gate of a trained exit_gate_loop LM (Ouro's stage II), at about one forward's cost."""
+    if config.model.arch != "exit_gate_loop":
+        raise ValueError(f"train.exit_gate_stage 2 trains exit_gate_loop's gate; model.arch is {config.model.arch!r}")
+    if config.train.init_from is None:
+        raise ValueError("train.exit_gate_stage 2 trains the gate of a trained LM: set train.init_from to a "
+                         "stage-1 run")
+    if config.train.max_flops is not None:
+        raise ValueError("train.max_flops: the FLOP ledger counts a full backward, stage 2 does not run one; "
+                         "budget train.exit_gate_stage 2 in train.max_steps or train.max_targets")
 
 
 def load_run_config(path: str | Path | list | None = None, overrides: list[str] | None = None,

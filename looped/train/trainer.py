@@ -185,6 +185,10 @@ class Trainer:
         self.model = build_model(cfg.model).to(self.dist.device)
         if tc.init_from and not self.resume:  # a resume takes every weight from its own checkpoint
             self._init_from(tc.init_from)
+        if tc.exit_gate_stage == 2:  # before the optimizer: it must see the gate's parameters only
+            from ..models.exit_gate import GateTarget
+
+            self.model.train_gate_only(GateTarget(tc.exit_gate_slope, tc.exit_gate_margin))
         if tc.compile:  # in place, on the regions the model declares: checkpoints and DDP see the same module
             compile_model(self.model)
         self.task = make_task(cfg, log=self.log)
