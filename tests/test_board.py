@@ -83,14 +83,18 @@ def test_the_table_sets_published_figures_beside_ours_and_says_why_a_cell_is_emp
     _rows(table, "graph", "drt", [0.7])
     board_report.write_report(tmp_path, table)
     text = (tmp_path / "table.md").read_text()
-    assert "| Transformer | 200,000 | 1.5e+12 | – | 55.0 ± 7.1 (n=2) | n/a (a) |" in text
-    assert "| LSTM | 200,000 | 1.5e+12 | – | 100.0 (n=1) | n/a (a) |" in text
-    assert "| Transformer, published | | 1,000,000 steps |  | 52.0 |  |" in text  # beside ours, our column
-    assert "| LSTM, published | | 1,000,000 steps |  | 100.0 |  |" in text
-    assert "| DRT core (seed 002) | 200,000 | 1.5e+12 | n/a (b) | n/a (c) | 70.0 (n=1) |" in text
+    # columns: the CPU plan's suites (kjv, parity_check, reverse_string, duplicate_string, parity, graph), rows or not
+    assert "| Transformer | 200,000 | 1.5e+12 | not run | 55.0 ± 7.1 (n=2) | not run | not run | not run | n/a (a) |" \
+        in text
+    assert "| LSTM | 200,000 | 1.5e+12 | not run | 100.0 (n=1) | not run | not run | not run | n/a (a) |" in text
+    # published figures beside ours, in our columns
+    assert "| Transformer, published | | 1,000,000 steps |  | 52.0 | 62.3 | 52.8 |  |  |" in text
+    assert "| LSTM, published | | 1,000,000 steps |  | 100.0 | 60.9 | 57.6 |  |  |" in text
+    drt = "| DRT core (seed 002) | 200,000 | 1.5e+12 | n/a (b) | n/a (c) | n/a (c) | n/a (c) | n/a (c) | 70.0 (n=1) |"
+    assert drt in text
     assert f"- (a) {board.cannot_run('transformer', 'graph')}" in text
     assert f"- (b) {board.cannot_run('drt', 'kjv')}" in text
-    assert "| shared loop (seed 000) | 4 | 2.500 / 2.400 / 2.900 | – | – |" in text  # the depth sweep
+    assert "| shared loop (seed 000) | 4 | 2.500 / 2.400 / 2.900 | – | – | – | – | – |" in text  # depth sweep
     assert (tmp_path / "board.png").exists()
 
 

@@ -20,9 +20,30 @@ def display(kind: str, values: list) -> str:
     return spread(values, 3) if kind == "lm" else spread(values, 1, 100.0)
 
 
+NOT_RUN = "not run"  # a runnable cell with no row yet
+
+
+def table_suites(rows: list[dict], scale: str) -> list[str]:
+    """The columns: the scale's planned suites and any other suite with a row (`--tasks`), in board.SUITES order,
+    so a partial results.csv still shows every planned column."""
+    shown = {*(board.CPU_SUITES if scale == "cpu" else board.SUITES), *(r["task"] for r in rows)}
+    return [s for s in board.SUITES if s in shown]
+
+
 def suites_present(results: ResultTable) -> list[str]:
+    """The suites with at least one row (the heatmap's columns)."""
     present = {r["task"] for r in results.rows}
     return [s for s in board.SUITES if s in present]
+
+
+def published_cells(family: str, suites: list[str]) -> list[str]:
+    """Delétang et al.'s figure (%) for `family` ("transformer" / "lstm") in each Chomsky column; "" elsewhere."""
+    cells = []
+    for suite in suites:
+        chomsky_suite = board.suite_kind(suite) == "chomsky"
+        figure = (chomsky.published_row(suite) or {}).get(family) if chomsky_suite else None
+        cells.append(f"{figure:.1f}" if figure is not None else ("not found" if chomsky_suite else ""))
+    return cells
 
 
 def header(scale: str, results: ResultTable) -> list[str]:
@@ -57,7 +78,7 @@ def family_cell(results: ResultTable, family: str, suite: str, notes: dict[str, 
         return "failed"
     reason = board.cannot_run(family, suite)
     if reason is None:
-        return MISSING
+        return NOT_RUN
     mark = notes.setdefault(reason, "abcdefghij"[len(notes)])
     return f"n/a ({mark})"
 
@@ -80,12 +101,7 @@ def score_table(results: ResultTable, suites: list[str]) -> list[str]:
         flops = span([float(r["training_flops"]) for r in rows], lambda v: f"{v:.2g}")
         lines.append(f"| {board.LABELS[family]} | {params} | {flops} | " + " | ".join(cells) + " |")
     for family, label in PUBLISHED_ROWS.items():
-        cells = []
-        for suite in suites:
-            figure = (chomsky.published_row(suite) or {}).get(family) if board.suite_kind(suite) == "chomsky" else None
-            cells.append(f"{figure:.1f}" if figure is not None else
-                         ("not found" if board.suite_kind(suite) == "chomsky" else ""))
-        lines.append(f"| {label} | | 1,000,000 steps | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | | 1,000,000 steps | " + " | ".join(published_cells(family, suites)) + " |")
     lines += ["", *(f"- ({mark}) {reason}" for reason, mark in notes.items())]
     return lines
 
@@ -141,7 +157,7 @@ def depth_value(kind: str, values: list) -> str:
 
 
 def table_markdown(results: ResultTable, scale: str) -> str:
-    suites = suites_present(results)
+    suites = table_suites(results.rows, scale)
     lines = [*header(scale, results), *score_table(results, suites), "", *budget_table(results, suites), "",
              *depth_table(results, suites)]
     return "\n".join(lines) + "\n"
@@ -155,6 +171,8 @@ def normalised(results: ResultTable, suites: list[str]) -> dict[tuple[str, str],
     out = {}
     for suite in suites:
         column = {f: v for (f, s), v in means.items() if s == suite}
+        if not column:  # only failed rows so far: nothing to colour
+            continue
         low, high = min(column.values()), max(column.values())
         higher_better = board.METRICS[board.suite_kind(suite)][2]
         for family, value in column.items():
@@ -204,4 +222,5 @@ def write_report(out: Path, results: ResultTable, scale: str = "cpu") -> None:
         plot_board(results, out / "board.png")
 
 
-__all__ = ["plot_board", "table_markdown", "write_report"]
+__all__ = ["NOT_RUN", "PUBLISHED_ROWS", "plot_board", "published_cells", "table_markdown", "table_suites",
+           "write_report"]

@@ -1,5 +1,6 @@
-"""The README's generated blocks: the claims summary (one line per claim of the three papers) and the learning
-goals (looped.experiments.goals), both from the committed results.
+"""The README's generated blocks: the claims summary (one line per claim of the three papers), the learning
+goals (looped.experiments.goals) and the leaderboard's front table (looped.experiments.board_front), all from the
+committed results.
 
     python -m looped.experiments.summary README.md     # rewrite each block between its two markers
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
-from . import goals
+from . import board_front, goals
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
 
@@ -34,7 +35,8 @@ def summary_block(results: Path) -> str:
 
 
 # each generated block: its markers and what renders it from the results folder
-BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_block))
+BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_block),
+          (board_front.BEGIN, board_front.END, board_front.front_block))
 
 
 def replace_block(text: str, begin: str, end: str, block: str, name: str = "README") -> str:
@@ -59,4 +61,4 @@ def rewrite_readme(readme: Path, results: Path) -> bool:
 if __name__ == "__main__":  # pragma: no cover - the command line above
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
     changed = rewrite_readme(target, target.parent / "results")
-    print(f"{target}: claims summary and learning goals {'rewritten' if changed else 'already current'}")
+    print(f"{target}: claims summary, learning goals and leaderboard {'rewritten' if changed else 'already current'}")
