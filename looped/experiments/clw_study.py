@@ -181,8 +181,8 @@ def row_columns() -> list[Column]:
 
 def table_markdown(results: ResultTable, exits: ResultTable | None = None,
                    positions: ResultTable | None = None) -> str:
-    lines = [*heading("Seed 000 rows at CPU scale (small budget widths)", results.rows, CAPTION), *table(row_columns(), groups(results.rows, ("row",), order=ROW_KEYS,
-                                          keep_empty=True)),
+    lines = [*heading("Seed 000 rows at CPU scale (small budget widths)", results.rows, CAPTION),
+             *table(row_columns(), groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
              "", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
     for corpus in clw.CORPORA:
         ppl = {g["row"]: mean(g.runs, "ppl") for g in groups(finished(results.rows), ("row",), order=ROW_KEYS,
@@ -246,7 +246,8 @@ def _nll_panel(ax, rows: list[dict], corpus: str) -> None:
     params = [int(r["parameters"]) for r in ok if r["row"] in clw.ROWS]
     ax.set_xticks(range(len(clw.ROWS)), list(clw.ROWS), rotation=35, ha="right")
     ax.set_ylabel("held-out bits/byte (lower is better)")
-    ax.set_title(f"{corpus} sample" + (f", {min(params):,}–{max(params):,} parameters" if params else ""), fontsize=10)
+    span = f", {min(params):,}–{max(params):,} parameters" if params else ""
+    ax.set_title(f"{corpus} sample{span}", fontsize=10)
 
 
 def _lines(ax, rows: list[dict], corpus: str, names: tuple[str, ...], x, place=None, **style) -> None:

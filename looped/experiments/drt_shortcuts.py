@@ -55,7 +55,8 @@ def by_difficulty(text: str) -> dict[int, float]:
     return {int(d): float(a.split("@")[0]) for d, a in (part.split(":") for part in text.split())}
 
 
-def depth_columns(depths: list[int], trained: tuple[int, int], scores: Callable[[dict], dict[int, float]]) -> list[Column]:
+def depth_columns(depths: list[int], trained: tuple[int, int],
+                  scores: Callable[[dict], dict[int, float]]) -> list[Column]:
     """One column per test depth, * where it lies outside the trained range: the mean over the group's runs of
     scores(run)[depth], in %."""
     lo, hi = trained
@@ -80,6 +81,11 @@ CAPTION = ("A shortcut baseline predicts the label from one surface cue with a l
            "range.")
 
 
+def model_label(g: Group) -> str:
+    """A family model group as a predictor: its architecture, its alpha where not 0, its seeds."""
+    return g["arch"] + (f" (alpha {g['alpha']})" if float(g["alpha"]) else "") + f" (n={len(g.runs)})"
+
+
 def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
     """Accuracy by chain depth of every baseline beside every family model group (task, arch, alpha)."""
     if not shortcuts.rows:
@@ -90,8 +96,8 @@ def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
     for recipe in dict.fromkeys(r["task"] for r in shortcuts.rows):
         lines += [Group({"task": recipe, "predictor": f"shortcut: {r['baseline']}"}, [r], [])
                   for r in matching(shortcuts.rows, task=recipe)]
-        lines += [Group({"task": recipe, "predictor": g["arch"] + (f" (alpha {g['alpha']})" if float(g["alpha"]) else "")
-                         + f" (n={len(g.runs)})"}, g.runs, []) for g in models if g["task"] == recipe and g.runs]
+        lines += [Group({"task": recipe, "predictor": model_label(g)}, g.runs, []) for g in models
+                  if g["task"] == recipe and g.runs]
     # a baseline's cell is by_difficulty, a model run's best_by_difficulty
     scores = lambda r: by_difficulty(r.get("by_difficulty", r.get("best_by_difficulty", "")))  # noqa: E731
     columns = [key("task", "recipe"), key("predictor"), *depth_columns(depths, trained, scores)]

@@ -220,10 +220,10 @@ CAPTION = ("ID / OOD: mean over test difficulties inside / outside the trained r
            "over seeds (n = seeds finished). Paper: seed 002 Table 3, the paper's full recipe.")
 SWEEP_NOTE = ("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with per-step "
               "supervision; alpha = 0.1 already loses 10-hop paths.")
-CROSS_CAPTION = ("The paper's negatives can often be refuted by local cues (a source without out-edges, a target without "
-                 "in-edges); hard negatives cannot (the source has out-edges, the target in-edges, and refuting needs as "
-                 "many hops as the matching positives). Every graph run is scored on both test sets (ID / OOD %, runs "
-                 "with a checkpoint).")
+CROSS_CAPTION = ("The paper's negatives can often be refuted by local cues (a source without out-edges, a target "
+                 "without in-edges); hard negatives cannot (the source has out-edges, the target in-edges, and refuting "
+                 "needs as many hops as the matching positives). Every graph run is scored on both test sets (ID / OOD "
+                 "%, runs with a checkpoint).")
 GROUP = ("task", "arch", "alpha")  # a table line: the seeds of one recipe
 KEY_COLUMNS = [key("task"), key("arch"), key("alpha", align=RIGHT)]
 MAIN_COLUMNS = [

@@ -84,6 +84,11 @@ class Column:
     align: str = RIGHT
 
 
+def left(header: str, cell: Callable[[Any], str]) -> Column:
+    """A text column (left-aligned)."""
+    return Column(header, cell, LEFT)
+
+
 def key(name: str, header: str | None = None, align: str = LEFT) -> Column:
     """The group's own value of a key column, as text."""
     return Column(header or name, lambda g: g[name], align)
@@ -188,5 +193,6 @@ def panels(path: Path, keys: Sequence, draw: Callable[[Any, Any], None], *, size
     atomic_save_figure(fig, path)
 
 
-__all__ = ["Column", "Group", "LEFT", "RIGHT", "buckets", "bullets", "groups", "heading", "key", "line", "markdown", "matching", "mean", "mean_of",
-           "panels", "parameters", "percent_of", "section", "spread_of", "table", "write_table"]
+__all__ = ["Column", "Group", "LEFT", "RIGHT", "buckets", "bullets", "groups", "heading", "key", "left", "line",
+           "markdown", "matching", "mean", "mean_of", "panels", "parameters", "percent_of", "section", "spread_of",
+           "table", "write_table"]

@@ -89,4 +89,5 @@ def finished(rows: Iterable[dict], **match) -> list[dict]:
             and all(str(r.get(k)) == str(v) for k, v in match.items())]
 
 
-__all__ = ["MISSING", "average", "cell", "column", "each", "figure", "finished", "median_minutes", "percent", "span", "spread"]
+__all__ = ["MISSING", "average", "cell", "column", "each", "figure", "finished", "median_minutes", "percent", "span",
+           "spread"]
