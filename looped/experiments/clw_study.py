@@ -185,7 +185,7 @@ def table_markdown(results: ResultTable, exits: ResultTable | None = None,
              *table(row_columns(), groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
              "", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
     for corpus in clw.CORPORA:
-        ppl = {g["row"]: mean(g.runs, "ppl") for g in groups(finished(results.rows), ("row",), order=ROW_KEYS,
+        ppl = {g["row"]: mean(g.runs, "ppl") for g in groups(results.rows, ("row",), order=ROW_KEYS,
                                                                        corpus=corpus)}
         if ppl.get("workspace") is not None:
             lines.append(f"- {corpus}: " + ", ".join(f"vs {row} {100 * (ppl['workspace'] / value - 1):+.2f} %"

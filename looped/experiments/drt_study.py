@@ -221,9 +221,9 @@ CAPTION = ("ID / OOD: mean over test difficulties inside / outside the trained r
 SWEEP_NOTE = ("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with per-step "
               "supervision; alpha = 0.1 already loses 10-hop paths.")
 CROSS_CAPTION = ("The paper's negatives can often be refuted by local cues (a source without out-edges, a target "
-                 "without in-edges); hard negatives cannot (the source has out-edges, the target in-edges, and refuting "
-                 "needs as many hops as the matching positives). Every graph run is scored on both test sets (ID / OOD "
-                 "%, runs with a checkpoint).")
+                 "without in-edges); hard negatives cannot (the source has out-edges, the target in-edges, and "
+                 "refuting needs as many hops as the matching positives). Every graph run is scored on both test sets "
+                 "(ID / OOD %, runs with a checkpoint).")
 GROUP = ("task", "arch", "alpha")  # a table line: the seeds of one recipe
 KEY_COLUMNS = [key("task"), key("arch"), key("alpha", align=RIGHT)]
 MAIN_COLUMNS = [
@@ -251,7 +251,8 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
     every = groups(results.rows, GROUP)
     tasks = sorted({str(r["task"]) for r in results.rows} & set(drt.TASKS))
     recipes = [bullets(drt.describe(task, scale) for task in tasks)] if scale == "cpu" and tasks else []
-    lines = [*heading(f"Seed 002 (DRT) at {scale} scale", results.rows, CAPTION, *recipes), *table(MAIN_COLUMNS, every)]
+    lines = [*heading(f"Seed 002 (DRT) at {scale} scale", results.rows, CAPTION, *recipes),
+             *table(MAIN_COLUMNS, every)]
     if shortcuts is not None:
         lines += drt_shortcuts.main_table_rows(shortcuts, columns=len(MAIN_COLUMNS))
     sweep = sorted((g for g in every if g["task"] == "graph" and g["arch"] == "drt"),  # the sweep is the core's
@@ -264,26 +265,30 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
         lines += drt_shortcuts.by_depth_section(shortcuts, [g for g in every if drt.TASKS.get(g["task"]) == "family"])
     crossed = [g for g in every if _graph(g["task"]) and any(r.get("cross_id_accuracy") for r in g.runs)]
     if crossed:
-        lines += ["", *section("Graph frontier on both negative generators", table(_cross_columns(), crossed),
+        lines += ["", *section("Graph frontier on both negative generators", table(CROSS_COLUMNS, crossed),
                                CROSS_CAPTION)]
     lines += ["", "Paper's heatmap notes:", bullets(f"{t}: {note}" for t, note in drt.PAPER_NOTES.items())]
     return markdown(lines)
 
 
-def _cross_columns() -> list[Column]:
-    """Each graph group on the paper's negatives, then on hard ones: its own test set on one side, the other
-    generator's on the other (the runs with a cross score only)."""
-    def scores(hard: bool, name: str) -> Callable[[Group], str]:
-        def text(g: Group) -> str:
-            runs = [r for r in g.runs if r.get("cross_id_accuracy")]
-            own = task_options(g["task"]).get("hard_negatives", False) == hard
-            return percent(column(runs, f"{'' if own else 'cross_'}{name}_accuracy"))
-        return text
+def _negatives(task: str) -> str:
+    """Which negative generator a graph recipe trains on: 'hard' or the paper's."""
+    return "hard" if task_options(task).get("hard_negatives", False) else "paper"
 
-    trained = lambda g: f"{'hard' if task_options(g['task']).get('hard_negatives', False) else 'paper'} negatives"
-    return [Column("trained on", trained, LEFT), *KEY_COLUMNS[1:],
-            *(Column(f"{kind} negatives {name.upper()}", scores(kind == "hard", name))
-              for kind in ("paper", "hard") for name in ("id", "ood"))]
+
+def _cross_cell(negatives: str, name: str) -> Callable[[Group], str]:
+    """A graph group's ID or OOD % on one generator's test set: its own scores when it trained on those
+    negatives, its scores on the other generator's buckets otherwise (runs with both scores only)."""
+    def text(g: Group) -> str:
+        runs = [r for r in g.runs if r.get("cross_id_accuracy")]
+        own = _negatives(g["task"]) == negatives
+        return percent(column(runs, f"{'' if own else 'cross_'}{name}_accuracy"))
+    return text
+
+
+CROSS_COLUMNS = [Column("trained on", lambda g: f"{_negatives(g['task'])} negatives", LEFT), *KEY_COLUMNS[1:],
+                 *(Column(f"{negatives} negatives {name.upper()}", _cross_cell(negatives, name))
+                   for negatives in ("paper", "hard") for name in ("id", "ood"))]
 
 
 def _hop_table(graph: list[Group]) -> list[str]:

@@ -7,7 +7,7 @@ header, the alignment row and one line per group. Every number a cell shows goes
     columns = [key("row"), parameters(), spread_of("bits/byte", "bits_per_byte", 4, corpus="enwik8")]
     lines = table(columns, groups(results.rows, ("row",), order=[("plain",), ("workspace",)]))
 
-    panels(path, ("enwik8", "tinystories"), draw)   # one panel per corpus side by side; draw(ax, corpus)
+    panels(path, ("enwik8", "tinystories"), draw, size=(5.5, 4))   # a panel per corpus; draw(ax, corpus)
     buckets(rows, lambda r: int(r["rounds"]), corpus="enwik8")   # {rounds: the rows at that value}, ascending
 """
 
@@ -69,18 +69,19 @@ def groups(rows: Iterable[dict], by: Sequence[str], *, order: Iterable[tuple] | 
     for k in keys:
         mine = [r for r in chosen if value(r) == k]
         runs = finished(mine)
+        done = {id(r) for r in runs}
         if mine or keep_empty:
-            found.append(Group({**match, **dict(zip(by, k))}, runs, [r for r in mine if r not in runs]))
+            found.append(Group({**match, **dict(zip(by, k))}, runs, [r for r in mine if id(r) not in done]))
     return found
 
 
 # --- columns -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: its header, how a group becomes its cell, and its alignment."""
+    """One column of a table: its header, how a line's group (or item) becomes its cell, and its alignment."""
 
     header: str
-    cell: Callable[[Group], str]
+    cell: Callable[[Any], str]
     align: str = RIGHT
 
 
@@ -115,9 +116,10 @@ def parameters(header: str = "parameters") -> Column:
                                                                           if v not in ("", None)})) or MISSING)
 
 
-def table(columns: Sequence[Column], rows: Iterable[Group], keep: Callable[[list[str]], bool] = lambda c: True,
+def table(columns: Sequence[Column], rows: Iterable, keep: Callable[[list[str]], bool] = lambda cells: True
           ) -> list[str]:
-    """The markdown lines of a table: header, alignment, one line per group (left out where `keep` says no)."""
+    """The markdown lines of a table: header, alignment, one line per group (or any item a column reads: a
+    claim ...), left out where keep(its cells) says no."""
     lines = [line(c.header for c in columns), "|" + "".join(f"{c.align}|" for c in columns)]
     for group in rows:
         cells = [c.cell(group) for c in columns]
@@ -166,12 +168,12 @@ def mean(rows: Iterable[dict], column: str) -> float | None:
 
 
 # --- writing ------------------------------------------------------------------------------------------------
-def write_table(out: Path, tables: Iterable[ResultTable], markdown: Callable[[], str]) -> None:
-    """Reload the study's CSVs (rows other processes of the study added), then rewrite out/table.md."""
+def write_table(out: Path, tables: Iterable[ResultTable], text: Callable[[], str]) -> None:
+    """Reload the study's CSVs (rows other processes of the study added), then rewrite out/table.md as text()."""
     for results in tables:
         results.reload()
     Path(out).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(out) / "table.md", markdown())
+    atomic_write_text(Path(out) / "table.md", text())
 
 
 def panels(path: Path, keys: Sequence, draw: Callable[[Any, Any], None], *, size: tuple[float, float],
