@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..eval.stats import mean_sd
 from . import board, chomsky
-from .render import LEFT, Column, Group, groups, heading, markdown, mean, panels, section, table, write_table
+from .render import Column, Group, groups, heading, left, markdown, mean, panels, section, table, write_table
 from .report import MISSING, average, finished, span, spread
 from .results import ResultTable
 
@@ -66,7 +66,7 @@ def family_cell(suite: str, notes: dict[str, str]) -> Column:
     return Column(suite, text)
 
 
-LABEL = Column("family", lambda g: board.LABELS[g["family"]], LEFT)
+LABEL = left("family", lambda g: board.LABELS[g["family"]])
 PARAMETERS = Column("parameters", lambda g: span(g.values("parameters"), text=lambda v: f"{v:,.0f}"))
 
 
@@ -96,7 +96,7 @@ def budget_cell(suite: str) -> Column:
             return MISSING
         flops, updates = mean(runs, "training_flops"), mean(runs, "updates")
         return f"{int(runs[0]['parameters']):,} (d {runs[0]['dim']}) / {flops:.2g} / {updates:,.0f}"
-    return Column(suite, text, LEFT)
+    return left(suite, text)
 
 
 def budget_table(results: ResultTable, suites: list[str]) -> list[str]:
@@ -113,7 +113,7 @@ def depth_cell(suite: str) -> Column:
         here = g.where(task=suite)
         return " / ".join(average(here.values(f"depth_{k}x"), digits, scale) for k in board.DEPTH_FACTORS) \
             if here.runs else MISSING
-    return Column(suite, text, LEFT)
+    return left(suite, text)
 
 
 def depth_table(results: ResultTable, suites: list[str]) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..eval.shortcuts import FAMILY_CUES, family_shortcuts
 from ..train import reasoning as rtask
-from . import drt, render
+from . import drt, render  # render.table: table() here is shortcuts.csv
 from .render import Column, Group, key, line, matching, section
 from .report import MISSING, average, cell, figure
 from .results import ResultTable
@@ -92,13 +92,13 @@ def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
         return []
     depths = sorted({d for r in shortcuts.rows for d in by_difficulty(r["by_difficulty"])})
     trained = tuple(int(x) for x in shortcuts.rows[0]["trained_difficulties"].split("-"))  # one range for all recipes
-    lines = []
+    predictors = []  # per recipe: each baseline (one row), then each model group
     for recipe in dict.fromkeys(r["task"] for r in shortcuts.rows):
-        lines += [Group({"task": recipe, "predictor": f"shortcut: {r['baseline']}"}, [r], [])
-                  for r in matching(shortcuts.rows, task=recipe)]
-        lines += [Group({"task": recipe, "predictor": model_label(g)}, g.runs, []) for g in models
-                  if g["task"] == recipe and g.runs]
+        predictors += [Group({"task": recipe, "predictor": f"shortcut: {r['baseline']}"}, [r], [])
+                       for r in matching(shortcuts.rows, task=recipe)]
+        predictors += [Group({"task": recipe, "predictor": model_label(g)}, g.runs, []) for g in models
+                       if g["task"] == recipe and g.runs]
     # a baseline's cell is by_difficulty, a model run's best_by_difficulty
     scores = lambda r: by_difficulty(r.get("by_difficulty", r.get("best_by_difficulty", "")))  # noqa: E731
     columns = [key("task", "recipe"), key("predictor"), *depth_columns(depths, trained, scores)]
-    return ["", *section("Family: shortcut baselines by chain depth", render.table(columns, lines), CAPTION)]
+    return ["", *section("Family: shortcut baselines by chain depth", render.table(columns, predictors), CAPTION)]

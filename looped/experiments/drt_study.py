@@ -36,7 +36,7 @@ from ..train import reasoning as rtask
 from . import drt, drt_shortcuts
 from .drt import run_name
 from .drt_claims import CLAIMS
-from .render import (LEFT, RIGHT, Column, Group, bullets, groups, heading, key, markdown, parameters, percent_of,
+from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, percent_of,
                      section, spread_of, table, write_table)
 from .report import MISSING, cell, column, finished, percent, spread
 from .study import Axis, Flag, Recipe, RunSummary, StudySpec, register_study
@@ -286,7 +286,7 @@ def _cross_cell(negatives: str, name: str) -> Callable[[Group], str]:
     return text
 
 
-CROSS_COLUMNS = [Column("trained on", lambda g: f"{_negatives(g['task'])} negatives", LEFT), *KEY_COLUMNS[1:],
+CROSS_COLUMNS = [left("trained on", lambda g: f"{_negatives(g['task'])} negatives"), *KEY_COLUMNS[1:],
                  *(Column(f"{negatives} negatives {name.upper()}", _cross_cell(negatives, name))
                    for negatives in ("paper", "hard") for name in ("id", "ood"))]
 

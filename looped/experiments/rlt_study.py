@@ -24,7 +24,7 @@ from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from ..train.config import one_budget
 from . import report, rlt
-from .render import (LEFT, Column, Group, bullets, groups, heading, markdown, matching, panels, parameters,
+from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, panels, parameters,
                      percent_of, spread_of, table, write_table)
 from .report import MISSING, cell, column
 from .results import OVERRIDES, ResultTable
@@ -124,14 +124,17 @@ def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
     shown = rlt.TABLE_LENGTHS.get(task, ())
     ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
 
-    def at_length(n, name: str) -> Callable[[Group], str]:
-        return lambda g: report.percent([r.get(name) for r in g.joined(lengths.rows, length=n)], 2)
+    def at_length(n, name: str) -> Callable[[Group], str]:  # the finished seeds' scores at test length n
+        return lambda g: report.percent(column(g.joined(lengths.rows, length=n), name), 2)
 
-    paper = lambda n: lambda g: _paper(task, g["row"], n, metric)  # noqa: E731
+    def paper(n) -> Callable[[Group], str]:
+        return lambda g: _paper(task, g["row"], n, metric)
+
+    def label(g: Group) -> str:
+        return rlt.row_label(g["row"], scale) + (f" ({len(g.failed)} failed)" if g.failed else "")
+
     by_length = [c for n in shown for c in (Column(str(n), at_length(n, metric)), Column(f"paper {n}", paper(n)))]
-    return [Column("row", lambda g: rlt.row_label(g["row"], scale) + (f" ({len(g.failed)} failed)" if g.failed
-                                                                       else ""), LEFT),
-            parameters(), spread_of("s/update (incl. validation)", "seconds_per_update", 2),
+    return [left("row", label), parameters(), spread_of("s/update (incl. validation)", "seconds_per_update", 2),
             Column("minutes per run (median)", lambda g: report.median_minutes(g.values("train_seconds"))),
             Column("best step", lambda g: ", ".join(g.values("best_step")) or MISSING),
             percent_of("ID validation", f"val_{metric}", 2), *by_length,
