@@ -18,10 +18,10 @@ from pathlib import Path
 
 from looped.config import from_dict, merge
 from looped.eval.lengths import evaluate_lengths
-from looped.experiments.report import cell, finished, percent
+from looped.experiments.render import groups, heading, key, markdown, percent_of, table, write_table
+from looped.experiments.report import cell
 from looped.experiments.results import OVERRIDES, ResultTable
 from looped.experiments.study import Axis, Recipe, RunSummary, StudySpec, register_study
-from looped.io import atomic_write_text
 from looped.train import RunConfig, load_model
 from looped.train import checkpoint as ckpt
 
@@ -77,16 +77,11 @@ class FeedbackParity:
                           "train_seconds": f"{run.seconds:.1f}", "status": "ok"})
 
     def report(self) -> None:
-        self.results.reload()
-        lines = ["# Feedback vs plain on parity (trained on 2-16 bits)", "",
-                 "| row | " + " | ".join(f"{n} bits, %" for n in TEST_LENGTHS) + " |",
-                 "|---|" + "---:|" * len(TEST_LENGTHS)]
-        for row in ROWS:
-            rows = finished(self.results.rows, row=row)
-            if rows:
-                lines.append(f"| {row} | " + " | ".join(percent([r[f"accuracy_{n}"] for r in rows])
-                                                        for n in TEST_LENGTHS) + " |")
-        atomic_write_text(self.out / "table.md", "\n".join(lines) + "\n")
+        """table.md: one line per row, final-state accuracy at each test length over the finished seeds."""
+        columns = [key("row"), *(percent_of(f"{n} bits, %", f"accuracy_{n}") for n in TEST_LENGTHS)]
+        write_table(self.out, (self.results,), lambda: markdown([
+            *heading("Feedback vs plain on parity (trained on 2-16 bits)", self.results.rows),
+            *table(columns, groups(self.results.rows, ("row",), order=[(row,) for row in ROWS]))]))
 
 
 def recipes():

@@ -114,14 +114,15 @@ def cmd_lengths(args) -> int:
 
 def lengths_table(records: list[dict], trained: tuple[int, int], chance: float) -> str:
     """Accuracy by test length as a Markdown table; trained lengths marked with *, chance stated under it."""
-    lines = ["| length | final state | prefix token | whole sequence |", "|---:|---:|---:|---:|"]
-    for r in records:
-        mark = "*" if trained[0] <= r["length"] <= trained[1] else ""
-        lines.append(f"| {r['length']}{mark} | {r['final_state_accuracy']:.3f} | {r['prefix_token_accuracy']:.3f} "
-                     f"| {r['sequence_accuracy']:.3f} |")
-    lines.append(f"* = trained lengths ({trained[0]}-{trained[1]}); chance (uniform prediction) {chance:.3f} for the "
-                 f"final state; {records[0]['sequences']:,} rows per length")
-    return "\n".join(lines)
+    from ..experiments.render import Column, table
+
+    mark = lambda r: "*" if trained[0] <= r["length"] <= trained[1] else ""  # noqa: E731
+    columns = [Column("length", lambda r: f"{r['length']}{mark(r)}"),
+               *(Column(header, lambda r, m=metric: f"{r[m]:.3f}") for header, metric in (
+                   ("final state", "final_state_accuracy"), ("prefix token", "prefix_token_accuracy"),
+                   ("whole sequence", "sequence_accuracy")))]
+    return "\n".join([*table(columns, records), f"* = trained lengths ({trained[0]}-{trained[1]}); chance (uniform "
+                      f"prediction) {chance:.3f} for the final state; {records[0]['sequences']:,} rows per length"])
 
 
 def default_lengths_plot(run: Path) -> Path:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..eval.stats import mean_sd
 from ..io import atomic_write_text
+from .render import left, markdown, table
 
 MIN_SEEDS = 3
 VERDICTS = ("yes", "partly", "no", "not run")  # best first: a claim of several conditions gets the worst
@@ -140,15 +141,18 @@ halfway between chance and the paper's figure, so "yes" means most of the paper'
 The margin is the pessimistic value minus the bar: a small margin is a knife edge a rerun may cross."""
 
 
+# one line per judged claim: (claim, Evidence of all its conditions)
+CLAIM_COLUMNS = [left("claim", lambda j: j[0].statement), left("paper", lambda j: j[0].paper),
+                 left("ours", lambda j: j[1].ours), left("verdict", lambda j: f"**{j[1].verdict}**"),
+                 left("margin", lambda j: j[1].margin), left("selection", lambda j: j[0].selection)]
+
+
 def claims_markdown(title: str, intro: str, claims: Sequence[Claim]) -> str:
-    lines = [f"# {title}", "", intro.strip(), "", HEADER.format(min_seeds=MIN_SEEDS), "",
-             "| claim | paper | ours | verdict | margin | selection |", "|---|---|---|---|---|---|"]
-    found = [(claim, *claim.evidence()) for claim in claims]
-    for claim, ours, verdict, margin in found:
-        lines.append(f"| {claim.statement} | {claim.paper} | {ours} | **{verdict}** | {margin} | {claim.selection} |")
-    counts = {v: sum(f[2] == v for f in found) for v in VERDICTS}
-    lines += ["", "Summary: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS) + "."]
-    return "\n".join(lines) + "\n"
+    found = [(claim, Evidence(*claim.evidence())) for claim in claims]
+    counts = {v: sum(e.verdict == v for _, e in found) for v in VERDICTS}
+    return markdown([f"# {title}", "", intro.strip(), "", HEADER.format(min_seeds=MIN_SEEDS), "",
+                     *table(CLAIM_COLUMNS, found), "", "Summary: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
+                     + "."])
 
 
 def machines_line(rows: list[dict]) -> str:

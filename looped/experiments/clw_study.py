@@ -15,15 +15,16 @@ from pathlib import Path
 from ..config import from_dict, merge
 from ..data import load_streams, to_blocks
 from ..eval import evaluate_lm
-from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train.config import one_budget
 from . import clw
 from .clw_claims import CLAIMS
 from ..eval.stats import mean_sd
-from .report import cell, spread
-from .results import OVERRIDES, ResultTable, overrides_note
+from .render import (Column, Group, buckets, groups, heading, key, markdown, matching, mean, mean_of, panels,
+                     parameters, section, spread_of, table, write_table)
+from .report import MISSING, cell, column, figure, finished
+from .results import OVERRIDES, ResultTable
 from .study import Axis, Flag, Recipe, RunSummary, StudySpec, pending_runs, register_study
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
@@ -145,206 +146,142 @@ def early_exit_sweep(model, blocks, unit: str, key: dict, table: ResultTable) ->
 
 
 # --- report -----------------------------------------------------------------------------------------------
+CAPTION = ("Held-out bits per byte, mean ± sample SD over seeds (n = seeds finished). PPL = 2^bpb. Paper: seed 000 "
+           "Table 3, small budget, full recipe (81.92M targets, not comparable in scale).")
+EXIT_CAPTION = ("A position stops refining once successive rounds' next-byte distributions differ by less than the "
+                "threshold (total variation) and keeps its state; for the rounds it skips it still offers keys, values "
+                "and workspace writes computed from that frozen state, so later positions see a complete cache "
+                "(looped.models.loop). Cells: bits/byte @ mean rounds used per position (trained with R = 4, batch 16 "
+                "blocks of 512; the exit decision is per position, so the batch size does not change the result). "
+                "Mean over the seeds with an early-exit sweep.")
+ROW_KEYS = [(row,) for row in clw.ROWS]  # the table lines in the paper's order
+POSITION_CAPTION = ("Target positions 1..512 of each held-out block in doubling buckets; mean over the seeds scored "
+                    "(n). A row whose numbers fall from left to right uses the context it has read.")
+
+
 def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable,
                  positions: ResultTable, scale: str = "cpu") -> None:
-    for table in (results, by_rounds, exits, positions):
-        table.reload()  # rows other processes of the same study added
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "table.md", table_markdown(results, exits, positions))
-    if results.rows:
-        plot_nll(results, out / "nll.png")
-    if by_rounds.rows:
-        plot_rounds(by_rounds, out / "rounds.png")
-    if exits.rows:
-        plot_early_exit(exits, out / "early_exit.png")
-    if positions.rows:
-        plot_positions(positions, out / "positions.png")
+    write_table(out, (results, by_rounds, exits, positions), lambda: table_markdown(results, exits, positions))
+    for name, table, draw in (("nll", results, _nll_panel), ("rounds", by_rounds, _rounds_panel),
+                              ("early_exit", exits, _early_exit_panel), ("positions", positions, _positions_panel)):
+        if table.rows:
+            panels(out / f"{name}.png", clw.CORPORA, lambda ax, corpus: draw(ax, table.rows, corpus), size=(5.5, 4),
+                   finish=_grid_and_legend)
 
 
-def _values(results: ResultTable, corpus: str, row: str, column: str) -> list[float]:
-    return [float(r[column]) for r in results.rows
-            if r["corpus"] == corpus and r["row"] == row and r.get("status", "ok") == "ok"]
+def row_columns() -> list[Column]:
+    """The main table: per corpus, bits/byte and PPL over seeds beside the paper's PPL."""
+    def paper(corpus: str) -> Column:
+        return Column(f"paper PPL ({corpus})", lambda g: figure(PAPER_SMALL_PPL.get((corpus, g["row"])), 4))
+
+    return [key("row"), parameters(), *(c for corpus in clw.CORPORA for c in (
+        spread_of(f"{corpus} bits/byte", "bits_per_byte", 4, corpus=corpus),
+        spread_of(f"{corpus} PPL", "ppl", 3, corpus=corpus), paper(corpus)))]
 
 
 def table_markdown(results: ResultTable, exits: ResultTable | None = None,
                    positions: ResultTable | None = None) -> str:
-    lines = ["# Seed 000 rows at CPU scale (small budget widths)", "", *overrides_note(results.rows),
-             "Held-out bits per byte, mean ± sample SD over seeds (n = seeds finished). PPL = 2^bpb. "
-             "Paper: seed 000 Table 3, small budget, full recipe (81.92M targets, not comparable in scale).", "",
-             "| row | parameters | " + " | ".join(f"{c} bits/byte | {c} PPL | paper PPL ({c})" for c in clw.CORPORA)
-             + " |", "|---|---:|" + "---:|---:|---:|" * len(clw.CORPORA)]
-    for row in clw.ROWS:
-        params = sorted({r["parameters"] for r in results.rows if r["row"] == row and r["parameters"]})
-        cells = [row, ", ".join(f"{int(p):,}" for p in params) or "–"]
-        for corpus in clw.CORPORA:
-            bpb = _values(results, corpus, row, "bits_per_byte")
-            ppl = _values(results, corpus, row, "ppl")
-            paper = PAPER_SMALL_PPL.get((corpus, row))
-            cells += [spread(bpb, 4), spread(ppl, 3),
-                      f"{paper:.4f}" if paper else "–"]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
+    lines = [*heading("Seed 000 rows at CPU scale (small budget widths)", results.rows, CAPTION),
+             *table(row_columns(), groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
+             "", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
     for corpus in clw.CORPORA:
-        ws = _values(results, corpus, "workspace", "ppl")
-        if not ws:
-            continue
-        parts = []
-        for row in clw.ROWS:
-            other = _values(results, corpus, row, "ppl")
-            if other and row != "workspace":
-                parts.append(f"vs {row} {100 * (mean_sd(ws)[0] / mean_sd(other)[0] - 1):+.2f} %")
-        lines.append(f"- {corpus}: " + ", ".join(parts))
+        ppl = {g["row"]: mean(g.runs, "ppl") for g in groups(results.rows, ("row",), order=ROW_KEYS,
+                                                                       corpus=corpus)}
+        if ppl.get("workspace") is not None:
+            lines.append(f"- {corpus}: " + ", ".join(f"vs {row} {100 * (ppl['workspace'] / value - 1):+.2f} %"
+                                                    for row, value in ppl.items() if row != "workspace" and value))
     if exits is not None and exits.rows:
-        lines += ["", *early_exit_markdown(exits)]
+        lines += ["", *section("Early exit at inference", early_exit_table(exits), EXIT_CAPTION)]
     if positions is not None and positions.rows:
-        lines += ["", *positions_markdown(positions)]
-    return "\n".join(lines) + "\n"
+        lines += ["", *section("Held-out bits/byte by position in the block", positions_tables(positions),
+                               POSITION_CAPTION)]
+    return markdown(lines)
 
 
-def position_means(positions: ResultTable, corpus: str, row: str) -> dict[tuple[int, int], tuple[float, int]]:
-    """(first, last) bucket -> (mean bits/byte over the seeds scored, number of seeds)."""
-    values: dict[tuple[int, int], list[float]] = {}
-    for r in positions.rows:
-        if r["corpus"] == corpus and r["row"] == row:
-            values.setdefault((int(r["first"]), int(r["last"])), []).append(float(r["bits_per_byte"]))
-    return {bucket: (mean_sd(v)[0], len(v)) for bucket, v in sorted(values.items())}
-
-
-def positions_markdown(positions: ResultTable) -> list[str]:
+def positions_tables(positions: ResultTable) -> list[str]:
     """Per corpus: held-out bits/byte by target position bucket, one line per row (mean over seeds)."""
-    lines = ["## Held-out bits/byte by position in the block", "",
-             "Target positions 1..512 of each held-out block in doubling buckets; mean over the seeds scored (n). "
-             "A row whose numbers fall from left to right uses the context it has read.", ""]
+    lines = []
     for corpus in clw.CORPORA:
-        means = {row: position_means(positions, corpus, row) for row in clw.ROWS}
-        buckets = sorted({b for m in means.values() for b in m})
-        if not buckets:
-            continue
-        lines += [f"{corpus}:", "", "| row | n | " + " | ".join(f"{a}" if a == z else f"{a}-{z}" for a, z in buckets)
-                  + " |", "|---|---:|" + "---:|" * len(buckets)]
-        for row, m in means.items():
-            if m:
-                n = min(count for _, count in m.values())
-                lines.append(f"| {row} | {n} | " + " | ".join(f"{m[b][0]:.3f}" if b in m else "–" for b in buckets)
-                             + " |")
-        lines.append("")
+        spans = sorted({(int(r["first"]), int(r["last"])) for r in matching(positions.rows, corpus=corpus)})
+        columns = [key("row"), Column("n", lambda g: str(min(len(b) for b in buckets(g.runs, _span).values()))),
+                   *(mean_of(f"{a}" if a == z else f"{a}-{z}", "bits_per_byte", 3, first=a, last=z) for a, z in spans)]
+        rows = groups(positions.rows, ("row",), order=ROW_KEYS, corpus=corpus)
+        lines += [f"{corpus}:", "", *table(columns, rows), ""] if spans else []
     return lines[:-1]
 
 
-def early_exit_markdown(exits: ResultTable) -> list[str]:
+def early_exit_table(exits: ResultTable) -> list[str]:
     """Per corpus and looped row: held-out bits/byte @ mean rounds used at each early-exit threshold."""
-    lines = ["## Early exit at inference", "",
-             "A position stops refining once successive rounds' next-byte distributions differ by less than the "
-             "threshold (total variation) and keeps its state; for the rounds it skips it still offers keys, values and "
-             "workspace writes computed from that frozen state, so later positions see a complete cache "
-             "(looped.models.loop). Cells: bits/byte @ mean rounds used per position "
-             "(trained with R = 4, batch 16 blocks of 512; the exit decision is per position, so the batch size "
-             "does not change the result). Mean over the seeds with an early-exit sweep.", "",
-             "| corpus | row | " + " | ".join(f"TV < {t:g}" for t in EXIT_THRESHOLDS) + " |",
-             "|---|---|" + "---:|" * len(EXIT_THRESHOLDS)]
-    for corpus in clw.CORPORA:
-        for row in clw.LOOPED_ROWS:
-            cells = []
-            for threshold in EXIT_THRESHOLDS:
-                hits = [r for r in exits.rows if r["corpus"] == corpus and r["row"] == row
-                        and float(r["threshold"]) == threshold]
-                if not hits:
-                    cells.append("–")
-                    continue
-                bpb = mean_sd([float(r["bits_per_byte"]) for r in hits])[0]
-                used = mean_sd([float(r["mean_rounds_used"]) for r in hits])[0]
-                cells.append(f"{bpb:.4f} @ {used:.2f} (n={len(hits)})")
-            if any(c != "–" for c in cells):
-                lines.append(f"| {corpus} | {row} | " + " | ".join(cells) + " |")
-    return lines
+    def at(threshold: float) -> Column:
+        def cell_text(g: Group) -> str:
+            hits = [r for r in g.runs if float(r["threshold"]) == threshold]
+            return f"{mean(hits, 'bits_per_byte'):.4f} @ {mean(hits, 'mean_rounds_used'):.2f} (n={len(hits)})" \
+                if hits else MISSING
+        return Column(f"TV < {threshold:g}", cell_text)
+
+    rows = groups(exits.rows, ("corpus", "row"), order=[(c, r) for c in clw.CORPORA for r in clw.LOOPED_ROWS])
+    return table([key("corpus"), key("row"), *map(at, EXIT_THRESHOLDS)], rows,
+                 keep=lambda cells: any(c != MISSING for c in cells[2:]))
 
 
-def per_corpus_figure(path: Path, draw) -> None:
-    """One panel per corpus, side by side; `draw(ax, corpus)` fills a panel."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(clw.CORPORA), figsize=(5.5 * len(clw.CORPORA), 4), squeeze=False)
-    for ax, corpus in zip(axes[0], clw.CORPORA):
-        draw(ax, corpus)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomic_save_figure(fig, path)
+def _span(r: dict) -> tuple[int, int]:
+    return int(r["first"]), int(r["last"])
 
 
-def plot_nll(results: ResultTable, path: Path) -> None:
+def _grid_and_legend(ax) -> None:
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _nll_panel(ax, rows: list[dict], corpus: str) -> None:
     """Seed 000 Fig. 3 style: held-out bits/byte per row, every seed as a grey dot, mean ± SD in colour."""
-    def draw(ax, corpus):
-        params = set()
-        for i, row in enumerate(clw.ROWS):
-            values = _values(results, corpus, row, "bits_per_byte")
-            params |= {int(p) for p in _values(results, corpus, row, "parameters")}
-            if values:
-                ax.scatter([i] * len(values), values, s=14, color="0.5", zorder=2, label="one seed" if i == 0 else None)
-                ax.errorbar([i], [mean_sd(values)[0]], yerr=[mean_sd(values)[1] or 0], fmt="o", color="C0",
-                            capsize=4, zorder=3, label="mean ± SD" if i == 0 else None)
-        ax.set_xticks(range(len(clw.ROWS)), list(clw.ROWS), rotation=35, ha="right")
-        ax.set_ylabel("held-out bits/byte (lower is better)")
-        span = f", {min(params):,}–{max(params):,} parameters" if params else ""
-        ax.set_title(f"{corpus} sample{span}", fontsize=10)
-    per_corpus_figure(path, draw)
+    ok = finished(rows, corpus=corpus)
+    for i, row in enumerate(clw.ROWS):
+        values = [float(v) for v in column(matching(ok, row=row), "bits_per_byte")]
+        if values:
+            ax.scatter([i] * len(values), values, s=14, color="0.5", zorder=2, label="one seed" if i == 0 else None)
+            ax.errorbar([i], [mean_sd(values)[0]], yerr=[mean_sd(values)[1] or 0], fmt="o", color="C0",
+                        capsize=4, zorder=3, label="mean ± SD" if i == 0 else None)
+    params = [int(r["parameters"]) for r in ok if r["row"] in clw.ROWS]
+    ax.set_xticks(range(len(clw.ROWS)), list(clw.ROWS), rotation=35, ha="right")
+    ax.set_ylabel("held-out bits/byte (lower is better)")
+    span = f", {min(params):,}–{max(params):,} parameters" if params else ""
+    ax.set_title(f"{corpus} sample{span}", fontsize=10)
 
 
-def plot_rounds(by_rounds: ResultTable, path: Path) -> None:
-    """Held-out bits/byte against test-time rounds R' for every looped row (mean over seeds)."""
-    def draw(ax, corpus):
-        for i, row in enumerate(clw.LOOPED_ROWS):
-            points: dict[int, list[float]] = {}
-            for r in by_rounds.rows:
-                if r["corpus"] == corpus and r["row"] == row:
-                    points.setdefault(int(r["rounds"]), []).append(float(r["bits_per_byte"]))
-            if points:
-                xs = sorted(points)
-                ax.plot(xs, [mean_sd(points[x])[0] for x in xs], marker="o", label=row, color=f"C{i}")
-        ax.axvline(4, color="0.6", ls="--", lw=1)
-        ax.set_xlabel("test-time rounds R' (trained with R = 4)")
-        ax.set_ylabel("held-out bits/byte")
-        ax.set_title(corpus)
-        ax.set_ylim(top=min(ax.get_ylim()[1], 8.5))
-    per_corpus_figure(path, draw)
+def _lines(ax, rows: list[dict], corpus: str, names: tuple[str, ...], x, place=None, **style) -> None:
+    """One line per row of `names`: held-out bits/byte at each x(run row), mean over seeds; place(x, rows at x)
+    puts a point on the axis (default: at x)."""
+    for i, row in enumerate(names):
+        if points := buckets(rows, x, corpus=corpus, row=row):
+            xs = [place(k, v) for k, v in points.items()] if place else list(points)
+            ax.plot(xs, [mean(v, "bits_per_byte") for v in points.values()], marker="o", label=row, color=f"C{i}",
+                    **style)
+    ax.set_ylabel("held-out bits/byte")
+    ax.set_title(corpus)
 
 
-def plot_positions(positions: ResultTable, path: Path) -> None:
-    """Held-out bits/byte against target position (doubling buckets, log axis), one line per row."""
-    def draw(ax, corpus):
-        for i, row in enumerate(clw.ROWS):
-            m = position_means(positions, corpus, row)
-            if m:
-                xs = [(a * z) ** 0.5 for a, z in m]  # geometric middle of each bucket
-                ax.plot(xs, [v for v, _ in m.values()], marker="o", ms=3, label=row, color=f"C{i}")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("target position in the 512-byte block")
-        ax.set_ylabel("held-out bits/byte")
-        ax.set_title(corpus)
-    per_corpus_figure(path, draw)
+def _rounds_panel(ax, rows: list[dict], corpus: str) -> None:
+    """Held-out bits/byte against test-time rounds R' for every looped row."""
+    _lines(ax, rows, corpus, clw.LOOPED_ROWS, lambda r: int(r["rounds"]))
+    ax.axvline(4, color="0.6", ls="--", lw=1)
+    ax.set_xlabel("test-time rounds R' (trained with R = 4)")
+    ax.set_ylim(top=min(ax.get_ylim()[1], 8.5))
 
 
-def plot_early_exit(table: ResultTable, path: Path) -> None:
+def _positions_panel(ax, rows: list[dict], corpus: str) -> None:
+    """Held-out bits/byte against target position (doubling buckets at their geometric middle, log axis)."""
+    _lines(ax, rows, corpus, clw.ROWS, _span, lambda span, _: (span[0] * span[1]) ** 0.5, ms=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("target position in the 512-byte block")
+
+
+def _early_exit_panel(ax, rows: list[dict], corpus: str) -> None:
     """Held-out bits/byte against mean rounds used per position, one point per early-exit threshold."""
-    def draw(ax, corpus):
-        for i, row in enumerate(clw.LOOPED_ROWS):
-            points: dict[float, list[tuple[float, float]]] = {}
-            for r in table.rows:
-                if r["corpus"] == corpus and r["row"] == row:
-                    points.setdefault(float(r["threshold"]), []).append(
-                        (float(r["mean_rounds_used"]), float(r["bits_per_byte"])))
-            if points:
-                ts = sorted(points)
-                xs = [mean_sd([p[0] for p in points[t]])[0] for t in ts]
-                ys = [mean_sd([p[1] for p in points[t]])[0] for t in ts]
-                ax.plot(xs, ys, marker="o", label=row, color=f"C{i}")
-        ax.set_xlabel("mean rounds used per position (early exit, thresholds 0 ... 0.1 TV)")
-        ax.set_ylabel("held-out bits/byte")
-        ax.set_title(corpus)
-    per_corpus_figure(path, draw)
+    _lines(ax, rows, corpus, clw.LOOPED_ROWS, lambda r: float(r["threshold"]),
+           lambda _, hits: mean(hits, "mean_rounds_used"))
+    ax.set_xlabel("mean rounds used per position (early exit, thresholds 0 ... 0.1 TV)")
 
 
 # --- the spec ------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..eval.stats import mean_sd
 from ..io import atomic_write_text
 from .compare_plan import FLOPS_ROW, PLAIN, CompareOptions, run_config
+from .render import Column, left, table
 
 SUMMARY_COLUMNS = ["row", "arch", "seeds", "parameters", "updates", "train_flops", "bits_per_byte_mean",
                    "bits_per_byte_sd", "best_depth", "inference_flops_per_token", "decode_tokens_per_s",
@@ -109,18 +110,27 @@ def si(value: float) -> str:
     return f"{value:.3g}"
 
 
-def table_markdown(summary: list[dict], floor: dict, options: CompareOptions, lines: list[str]) -> str:
-    head = ("| row | params | updates | training FLOPs | held-out bits/byte | best depth | inference FLOPs/token "
-            "| decode tokens/s | state bytes @1,024 |\n|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
-    body = []
-    for s in summary:
+def summary_columns(rounds: int) -> list[Column]:
+    """The table of one compare: a summary row per line (`rounds`: the depth the looped rows trained at)."""
+    def bits(s: dict) -> str:
         sd = "" if s["bits_per_byte_sd"] is None else f" ± {s['bits_per_byte_sd']:.4f}"
-        depth = "—" if s["best_depth"] is None else f"{s['best_depth']} (trained {options.rounds})"
-        body.append(f"| {s['row']} | {s['parameters']:,} | {s['updates']:,} | {si(s['train_flops'])} "
-                    f"| {s['bits_per_byte_mean']:.4f}{sd} (n={s['seeds']}) | {depth} "
-                    f"| {si(s['inference_flops_per_token'])} | {s['decode_tokens_per_s']:,.0f} "
-                    f"| {s['state_bytes_1024']:,} |")
-    body += [f"| {name} (floor) | | | | {bits:.4f} | | | | |" for name, bits in floor.get("rates", {}).items()]
+        return f"{s['bits_per_byte_mean']:.4f}{sd} (n={s['seeds']})"
+
+    return [left("row", lambda s: s["row"]), Column("params", lambda s: f"{s['parameters']:,}"),
+            Column("updates", lambda s: f"{s['updates']:,}"), Column("training FLOPs", lambda s: si(s["train_flops"])),
+            left("held-out bits/byte", bits),
+            Column("best depth", lambda s: f"{s['best_depth']} (trained {rounds})" if s["best_depth"] is not None
+                   else "—"),
+            Column("inference FLOPs/token", lambda s: si(s["inference_flops_per_token"])),
+            Column("decode tokens/s", lambda s: f"{s['decode_tokens_per_s']:,.0f}"),
+            Column("state bytes @1,024", lambda s: f"{s['state_bytes_1024']:,}")]
+
+
+def table_markdown(summary: list[dict], floor: dict, options: CompareOptions, lines: list[str]) -> str:
+    columns = summary_columns(options.rounds)
+    # a compressor's floor: its bits/byte alone, the other cells empty
+    body = [*table(columns, summary), *(f"| {name} (floor) | | | | {bits:.4f} | | | | |"
+                                        for name, bits in floor.get("rates", {}).items())]
     notes = (f"\nHeld-out bits/byte: mean ± SD over seeds at each run's best checkpoint (lowest of its "
              f"~20 held-out evaluations) on the first {options.heldout_bytes:,} held-out bytes; best depth: the "
              f"test-time rounds with the lowest held-out score (1 .. 2 x trained); inference FLOPs per token at "
@@ -128,7 +138,7 @@ def table_markdown(summary: list[dict], floor: dict, options: CompareOptions, li
              f"of 3; state bytes: the decoding state of one sequence after 1,024 tokens (ledger). Floor: the "
              f"same held-out bytes under standard compressors.\n")
     verdict_text = "\n".join(f"* {line}" for line in lines) or "* (no verdict yet: a row is missing)"
-    return (f"# looped compare\n\n{head}" + "\n".join(body) + "\n" + notes +
+    return ("# looped compare\n\n" + "\n".join(body) + "\n" + notes +
             f"\n## Verdicts\n\n{verdict_text}\n\n± is the standard error of the difference of means, unpaired: "
             f"sqrt(sd_a²/n_a + sd_b²/n_b).\n")
 

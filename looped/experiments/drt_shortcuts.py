@@ -9,12 +9,14 @@ config (data_seed, sizes, difficulties): rerunning gives the same numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..eval.shortcuts import FAMILY_CUES, family_shortcuts
 from ..train import reasoning as rtask
-from . import drt
-from .report import cell, figure
+from . import drt, render  # render.table: table() here is shortcuts.csv
+from .render import Column, Group, key, line, matching, section
+from .report import MISSING, average, cell, figure
 from .results import ResultTable
 
 COLUMNS = ["task", "baseline", "trained_difficulties", "id_accuracy", "ood_accuracy", "by_difficulty", "train_rows",
@@ -48,51 +50,55 @@ def record(shortcuts: ResultTable, plan, test_rows, log=print) -> None:
 
 
 def by_difficulty(text: str) -> dict[int, float]:
-    """The cell "2:0.8312 3:0.7750" as {2: 0.8312, 3: 0.775}."""
-    return {int(d): float(a) for d, a in (part.split(":") for part in text.split())}
+    """The cell "2:0.8312 3:0.7750" as {2: 0.8312, 3: 0.775}; a run's "1:1.0000@1 ..." (best accuracy @ the step
+    budget that gave it, results.csv) likewise."""
+    return {int(d): float(a.split("@")[0]) for d, a in (part.split(":") for part in text.split())}
+
+
+def depth_columns(depths: list[int], trained: tuple[int, int],
+                  scores: Callable[[dict], dict[int, float]]) -> list[Column]:
+    """One column per test depth, * where it lies outside the trained range: the mean over the group's runs of
+    scores(run)[depth], in %."""
+    lo, hi = trained
+    return [Column(f"{d}{'' if lo <= d <= hi else '*'}",
+                   lambda g, d=d: average([scores(r).get(d) for r in g.runs], 1, 100)) for d in depths]
 
 
 def main_table_rows(shortcuts: ResultTable, columns: int) -> list[str]:
     """One row per baseline in the study's main table (task | "shortcut: <cue>" | – | ID | OOD | – ...)."""
-    return ["| " + " | ".join([r["task"], f"shortcut: {r['baseline']}", "–", figure(r["id_accuracy"], 1, 100),
-                               figure(r["ood_accuracy"], 1, 100), *["–"] * (columns - 5)]) + " |"
-            for r in shortcuts.rows]
+    return [line([r["task"], f"shortcut: {r['baseline']}", MISSING, figure(r["id_accuracy"], 1, 100),
+                  figure(r["ood_accuracy"], 1, 100), *[MISSING] * (columns - 5)]) for r in shortcuts.rows]
 
 
-def by_depth_section(shortcuts: ResultTable, models: dict[tuple[str, str, str], list[dict[int, float]]]) -> list[str]:
-    """Accuracy by chain depth of every baseline beside every family model group.
+CAPTION = ("A shortcut baseline predicts the label from one surface cue with a lookup table fitted on the recipe's "
+           "training rows (cue value -> majority label; a value never seen in training -> the training majority, "
+           "i.e. chance on the 50/50 test buckets) and is scored on the recipe's test buckets; no model is "
+           "trained (looped.eval.shortcuts). Cues: the queried relation word with the chain depth; the word "
+           "alone; the queried offset minus the sum of every stated fact's offset (the paper's generator writes "
+           "chain facts in one direction, so they add up to the answer). family_decued: negatives ask another "
+           "chain's answer and facts are written in a random direction (looped.data.tasks.family). Models: best "
+           "accuracy over sufficient step budgets, mean over seeds. In %; * marks depths outside the trained "
+           "range.")
 
-    `models`: (recipe, arch, alpha) -> one {depth: best accuracy} per finished seed.
-    """
+
+def model_label(g: Group) -> str:
+    """A family model group as a predictor: its architecture, its alpha where not 0, its seeds."""
+    return g["arch"] + (f" (alpha {g['alpha']})" if float(g["alpha"]) else "") + f" (n={len(g.runs)})"
+
+
+def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
+    """Accuracy by chain depth of every baseline beside every family model group (task, arch, alpha)."""
     if not shortcuts.rows:
         return []
-    recipes = list(dict.fromkeys(r["task"] for r in shortcuts.rows))
     depths = sorted({d for r in shortcuts.rows for d in by_difficulty(r["by_difficulty"])})
-    lo, hi = (int(x) for x in shortcuts.rows[0]["trained_difficulties"].split("-"))  # one range for all recipes
-    lines = ["", "## Family: shortcut baselines by chain depth", "",
-             "A shortcut baseline predicts the label from one surface cue with a lookup table fitted on the recipe's "
-             "training rows (cue value -> majority label; a value never seen in training -> the training majority, "
-             "i.e. chance on the 50/50 test buckets) and is scored on the recipe's test buckets; no model is "
-             "trained (looped.eval.shortcuts). Cues: the queried relation word with the chain depth; the word "
-             "alone; the queried offset minus the sum of every stated fact's offset (the paper's generator writes "
-             "chain facts in one direction, so they add up to the answer). family_decued: negatives ask another "
-             "chain's answer and facts are written in a random direction (looped.data.tasks.family). Models: best "
-             "accuracy over sufficient step budgets, mean over seeds. In %; * marks depths outside the trained "
-             "range.", "",
-             "| recipe | predictor | " + " | ".join(f"{d}{'' if lo <= d <= hi else '*'}" for d in depths) + " |",
-             "|---|---|" + "---:|" * len(depths)]
-    for recipe in recipes:
-        for r in (r for r in shortcuts.rows if r["task"] == recipe):
-            by_depth = by_difficulty(r["by_difficulty"])
-            cells = [f"{100 * by_depth[d]:.1f}" if d in by_depth else "–" for d in depths]
-            lines.append(f"| {recipe} | shortcut: {r['baseline']} | " + " | ".join(cells) + " |")
-        for (task, arch, alpha), seeds in models.items():
-            if task != recipe or not seeds:
-                continue
-            cells = []
-            for d in depths:
-                values = [100 * run[d] for run in seeds if d in run]
-                cells.append(f"{sum(values) / len(values):.1f}" if values else "–")
-            label = arch + (f" (alpha {alpha})" if float(alpha) else "") + f" (n={len(seeds)})"
-            lines.append(f"| {recipe} | {label} | " + " | ".join(cells) + " |")
-    return lines
+    trained = tuple(int(x) for x in shortcuts.rows[0]["trained_difficulties"].split("-"))  # one range for all recipes
+    predictors = []  # per recipe: each baseline (one row), then each model group
+    for recipe in dict.fromkeys(r["task"] for r in shortcuts.rows):
+        predictors += [Group({"task": recipe, "predictor": f"shortcut: {r['baseline']}"}, [r], [])
+                       for r in matching(shortcuts.rows, task=recipe)]
+        predictors += [Group({"task": recipe, "predictor": model_label(g)}, g.runs, []) for g in models
+                       if g["task"] == recipe and g.runs]
+    # a baseline's cell is by_difficulty, a model run's best_by_difficulty
+    scores = lambda r: by_difficulty(r.get("by_difficulty", r.get("best_by_difficulty", "")))  # noqa: E731
+    columns = [key("task", "recipe"), key("predictor"), *depth_columns(depths, trained, scores)]
+    return ["", *section("Family: shortcut baselines by chain depth", render.table(columns, predictors), CAPTION)]

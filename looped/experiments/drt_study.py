@@ -22,23 +22,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..data.tasks.base import task_class, task_options
-from ..io import atomic_write_text
 from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
                               plot_heatmap, shortcut_accuracy)
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
-from . import drt, drt_shortcuts, report
+from . import drt, drt_shortcuts
 from .drt import run_name
 from .drt_claims import CLAIMS
-from .report import cell, column, percent
+from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, percent_of,
+                     section, spread_of, table, write_table)
+from .report import MISSING, cell, column, finished, percent, spread
 from .study import Axis, Flag, Recipe, RunSummary, StudySpec, register_study
-from .results import OVERRIDES, ResultTable, overrides_note
+from .results import OVERRIDES, ResultTable
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -213,116 +215,103 @@ def result_row(key: dict, r: dict, seconds: float, cross: dict) -> dict:
 
 
 # --- report -----------------------------------------------------------------------------------------------
+CAPTION = ("ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
+           "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
+           "over seeds (n = seeds finished). Paper: seed 002 Table 3, the paper's full recipe.")
+SWEEP_NOTE = ("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with per-step "
+              "supervision; alpha = 0.1 already loses 10-hop paths.")
+CROSS_CAPTION = ("The paper's negatives can often be refuted by local cues (a source without out-edges, a target "
+                 "without in-edges); hard negatives cannot (the source has out-edges, the target in-edges, and "
+                 "refuting needs as many hops as the matching positives). Every graph run is scored on both test sets "
+                 "(ID / OOD %, runs with a checkpoint).")
+GROUP = ("task", "arch", "alpha")  # a table line: the seeds of one recipe
+KEY_COLUMNS = [key("task"), key("arch"), key("alpha", align=RIGHT)]
+MAIN_COLUMNS = [
+    *KEY_COLUMNS,
+    Column("ID %", lambda g: percent(g.values("id_accuracy")) + (" (some runs failed)" if g.failed else "")),
+    percent_of("OOD %", "ood_accuracy"),
+    Column("paper ID / OOD", lambda g: "{} / {}".format(*paper) if (paper := _paper(g)) else MISSING),
+    Column("step-1 acc. 12-hop", lambda g: percent(g.values("step1_12hop")) if _graph(g["task"]) else MISSING),
+    percent_of("depth-emb. max |change|", "diagnostic_max_change"),
+    spread_of("ACT ponder steps (OOD)", "mean_ponder_ood", 2), parameters()]
+SWEEP_COLUMNS = [key("arch"), key("alpha", align=RIGHT), percent_of("step-1 acc. 12-hop %", "step1_12hop"),
+                 percent_of("sufficient-step OOD %", "ood_accuracy"),
+                 Column("10-hop best %", lambda g: spread([best_by_difficulty(r).get(10) for r in g.runs], 1, 100))]
 
 
-def _ok(results: ResultTable, **key) -> list[dict]:
-    return report.finished(results.rows, **key)
+def _paper(g: Group) -> tuple | None:
+    return drt.PAPER.get((g["arch"], g["task"])) if float(g["alpha"]) == 0 else None
 
 
-def _groups(results: ResultTable) -> list[tuple[str, str, str]]:
-    seen = []
-    for r in results.rows:
-        group = (str(r["task"]), str(r["arch"]), str(r["alpha"]))
-        if group not in seen:
-            seen.append(group)
-    return seen
+def _graph(task: str) -> bool:
+    return drt.TASKS.get(task) == "graph"
 
 
 def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None) -> str:
-    lines = [f"# Seed 002 (DRT) at {scale} scale", "", *overrides_note(results.rows),
-             "ID / OOD: mean over test difficulties inside / outside the trained range of the best accuracy over "
-             "sufficient step budgets (T >= difficulty; the largest budget where none is), in %, mean ± sample SD "
-             "over seeds (n = seeds finished). Paper: seed 002 Table 3, the paper's full recipe.", "",
-             *([f"- {drt.describe(task, scale)}" for task in sorted({str(r['task']) for r in results.rows})
-                if task in drt.TASKS] + [""] if scale == "cpu" else []),
-             "| task | arch | alpha | ID % | OOD % | paper ID / OOD | step-1 acc. 12-hop | depth-emb. max |change| "
-             "| ACT ponder steps (OOD) | parameters |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for task, arch, alpha in _groups(results):
-        rows = _ok(results, task=task, arch=arch, alpha=alpha)
-        failed = any((str(r["task"]), str(r["arch"]), str(r["alpha"])) == (task, arch, alpha)
-                     and r.get("status") != "ok" for r in results.rows)
-        paper = drt.PAPER.get((arch, task)) if float(alpha) == 0 else None
-        params = sorted({int(r["parameters"]) for r in rows})
-        lines.append("| " + " | ".join([
-            task, arch, alpha, percent(column(rows, "id_accuracy")) + (" (some runs failed)" if failed else ""),
-            percent(column(rows, "ood_accuracy")), f"{paper[0]} / {paper[1]}" if paper else "–",
-            percent(column(rows, "step1_12hop")) if drt.TASKS.get(task) == "graph" else "–",
-            percent(column(rows, "diagnostic_max_change")), report.spread(column(rows, "mean_ponder_ood"), 2),
-            ", ".join(f"{p:,}" for p in params) or "–"]) + " |")
+    every = groups(results.rows, GROUP)
+    tasks = sorted({str(r["task"]) for r in results.rows} & set(drt.TASKS))
+    recipes = [bullets(drt.describe(task, scale) for task in tasks)] if scale == "cpu" and tasks else []
+    lines = [*heading(f"Seed 002 (DRT) at {scale} scale", results.rows, CAPTION, *recipes),
+             *table(MAIN_COLUMNS, every)]
     if shortcuts is not None:
-        lines += drt_shortcuts.main_table_rows(shortcuts, columns=10)
-    sweep = sorted((g for g in _groups(results) if g[0] == "graph" and g[1] == "drt"),  # the sweep is the core's
-                   key=lambda g: float(g[2]))
-    if len({g[2] for g in sweep}) > 1:
-        lines += ["", "## Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", "",
-                  "| arch | alpha | step-1 acc. 12-hop % | sufficient-step OOD % | 10-hop best % |",
-                  "|---|---:|---:|---:|---:|"]
-        for _, arch, alpha in sweep:
-            rows = _ok(results, task="graph", arch=arch, alpha=alpha)
-            ten = [100 * _best_at(r, 10) for r in rows if _best_at(r, 10) is not None]
-            lines.append(f"| {arch} | {alpha} | {percent(column(rows, 'step1_12hop'))} | {percent(column(rows, 'ood_accuracy'))} | "
-                         f"{report.spread(ten, 1)} |")
-        lines.append("")
-        lines.append("Paper (d = 128): step-1 accuracy on 12-hop ≈ 50 % with silent thinking, 64–69 % with "
-                     "per-step supervision; alpha = 0.1 already loses 10-hop paths.")
-    lines += _hop_table(results)
+        lines += drt_shortcuts.main_table_rows(shortcuts, columns=len(MAIN_COLUMNS))
+    sweep = sorted((g for g in every if g["task"] == "graph" and g["arch"] == "drt"),  # the sweep is the core's
+                   key=lambda g: float(g["alpha"]))
+    if len(sweep) > 1:
+        lines += ["", *section("Silent thinking vs intermediate supervision (graph, seed 002 Table 4)",
+                               table(SWEEP_COLUMNS, sweep)), "", SWEEP_NOTE]
+    lines += _hop_table([g for g in every if _graph(g["task"]) and g.runs])
     if shortcuts is not None:
-        family_models = {g: [_best_by_difficulty(r) for r in _ok(results, task=g[0], arch=g[1], alpha=g[2])]
-                         for g in _groups(results) if drt.TASKS.get(g[0]) == "family"}
-        lines += drt_shortcuts.by_depth_section(shortcuts, family_models)
-    crossed = [g for g in _groups(results) if drt.TASKS.get(g[0]) == "graph"
-               and any(r.get("cross_id_accuracy") for r in _ok(results, task=g[0], arch=g[1], alpha=g[2]))]
+        lines += drt_shortcuts.by_depth_section(shortcuts, [g for g in every if drt.TASKS.get(g["task"]) == "family"])
+    crossed = [g for g in every if _graph(g["task"]) and any(r.get("cross_id_accuracy") for r in g.runs)]
     if crossed:
-        lines += ["", "## Graph frontier on both negative generators", "",
-                  "The paper's negatives can often be refuted by local cues (a source without out-edges, a target without in-edges); hard negatives cannot (the "
-                  "source has out-edges, the target in-edges, and refuting needs as many hops as the matching "
-                  "positives). Every graph run is scored on both test sets (ID / OOD %, runs with a checkpoint).", "",
-                  "| trained on | arch | alpha | paper negatives ID | paper negatives OOD | hard negatives ID "
-                  "| hard negatives OOD |", "|---|---|---:|---:|---:|---:|---:|"]
-        for task, arch, alpha in crossed:
-            rows = [r for r in _ok(results, task=task, arch=arch, alpha=alpha) if r.get("cross_id_accuracy")]
-            own = [percent(column(rows, "id_accuracy")), percent(column(rows, "ood_accuracy"))]
-            other = [percent(column(rows, "cross_id_accuracy")), percent(column(rows, "cross_ood_accuracy"))]
-            trained_hard = task_options(task).get("hard_negatives", False)
-            paper, hard = (other, own) if trained_hard else (own, other)
-            lines.append(f"| {'hard' if trained_hard else 'paper'} negatives | {arch} | {alpha} | "
-                         + " | ".join(paper + hard) + " |")
-    lines += ["", "Paper's heatmap notes:", *[f"- {t}: {note}" for t, note in drt.PAPER_NOTES.items()]]
-    return "\n".join(lines) + "\n"
+        lines += ["", *section("Graph frontier on both negative generators", table(CROSS_COLUMNS, crossed),
+                               CROSS_CAPTION)]
+    lines += ["", "Paper's heatmap notes:", bullets(f"{t}: {note}" for t, note in drt.PAPER_NOTES.items())]
+    return markdown(lines)
 
 
-def _hop_table(results: ResultTable) -> list[str]:
+def _negatives(task: str) -> str:
+    """Which negative generator a graph recipe trains on: 'hard' or the paper's."""
+    return "hard" if task_options(task).get("hard_negatives", False) else "paper"
+
+
+def _cross_cell(negatives: str, name: str) -> Callable[[Group], str]:
+    """A graph group's ID or OOD % on one generator's test set: its own scores when it trained on those
+    negatives, its scores on the other generator's buckets otherwise (runs with both scores only)."""
+    def text(g: Group) -> str:
+        runs = [r for r in g.runs if r.get("cross_id_accuracy")]
+        own = _negatives(g["task"]) == negatives
+        return percent(column(runs, f"{'' if own else 'cross_'}{name}_accuracy"))
+    return text
+
+
+CROSS_COLUMNS = [left("trained on", lambda g: f"{_negatives(g['task'])} negatives"), *KEY_COLUMNS[1:],
+                 *(Column(f"{negatives} negatives {name.upper()}", _cross_cell(negatives, name))
+                   for negatives in ("paper", "hard") for name in ("id", "ood"))]
+
+
+def _hop_table(graph: list[Group]) -> list[str]:
     """Graph accuracy by hop count for every graph run group: where each architecture's frontier ends (the paper's
     claim: fixed-depth baselines fall to chance beyond the hops their depth covers, the core follows h steps)."""
-    groups = {g: rows for g in _groups(results) if drt.TASKS.get(g[0]) == "graph"
-              and (rows := _ok(results, task=g[0], arch=g[1], alpha=g[2]))}
-    if not groups:
+    if not graph:
         return []
-    every_row = [r for rows in groups.values() for r in rows]
-    hops = sorted({h for r in every_row for h in _best_by_difficulty(r)})
-    lo, hi = _range(every_row[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
-    lines = ["", "## Graph accuracy by hop count", "",
-             "Best accuracy over sufficient step budgets (T >= hops; the largest budget where none is) per test "
-             f"bucket, in %, mean over seeds; * marks hop counts outside the trained range ({lo}-{hi}); chance is "
-             "50 %.", "",
-             "| recipe | arch | alpha | seeds | " + " | ".join(f"{h}{'' if lo <= h <= hi else '*'}" for h in hops)
-             + " |",
-             "|---|---|---:|---:|" + "---:|" * len(hops)]
-    for (task, arch, alpha), rows in groups.items():
-        cells = []
-        for h in hops:
-            values = [100 * v for r in rows if (v := _best_at(r, h)) is not None]
-            cells.append(f"{sum(values) / len(values):.1f}" if values else "–")
-        lines.append(f"| {task} | {arch} | {alpha} | {len(rows)} | " + " | ".join(cells) + " |")
-    return lines
+    runs = [r for g in graph for r in g.runs]
+    hops = sorted({h for r in runs for h in best_by_difficulty(r)})
+    lo, hi = _range(runs[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
+    caption = ("Best accuracy over sufficient step budgets (T >= hops; the largest budget where none is) per test "
+               f"bucket, in %, mean over seeds; * marks hop counts outside the trained range ({lo}-{hi}); chance is "
+               "50 %.")
+    columns = [key("task", "recipe"), *KEY_COLUMNS[1:], Column("seeds", lambda g: str(len(g.runs))),
+               *drt_shortcuts.depth_columns(hops, (lo, hi), best_by_difficulty)]
+    return ["", *section("Graph accuracy by hop count", table(columns, graph), caption)]
 
 
 def _fixed_depth_label(arch: str, task: str) -> str | None:
     """"6 layers" for an architecture that ignores the step budget (its heatmap has one row), else None."""
     from ..models import get_arch
 
-    spec = get_arch(arch)
-    if spec.model_cls.depth_mode != "fixed":
+    if get_arch(arch).model_cls.depth_mode != "fixed":
         return None
     return f"{drt.model_section(task, arch)['layers']} layers"
 
@@ -332,35 +321,23 @@ def _range(text: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def _best_by_difficulty(row: dict) -> dict[int, float]:
-    """The results.csv cell "1:1.0000@1 6:0.5660@8 ..." as {difficulty: best accuracy}."""
-    best = {}
-    for part in row.get("best_by_difficulty", "").split():
-        d, rest = part.split(":")
-        best[int(d)] = float(rest.split("@")[0])
-    return best
-
-
-def _best_at(row: dict, difficulty: int) -> float | None:
-    return _best_by_difficulty(row).get(difficulty)
+def best_by_difficulty(row: dict) -> dict[int, float]:
+    """A run's results.csv cell "1:1.0000@1 6:0.5660@8 ..." as {difficulty: best accuracy}."""
+    return drt_shortcuts.by_difficulty(row.get("best_by_difficulty", ""))
 
 
 def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str) -> None:
-    for table in (results, gates):
-        table.reload()  # rows other processes of the same study added
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "table.md", table_markdown(results, scale, drt_shortcuts.table(out)))
-    for task, arch, alpha in _groups(results):
-        rows = _ok(results, task=task, arch=arch, alpha=alpha)
-        grids = [AccuracyGrid.read_csv(p) for r in rows
+    write_table(out, (results, gates), lambda: table_markdown(results, scale, drt_shortcuts.table(out)))
+    for g in groups(results.rows, GROUP):
+        task, arch, alpha = g.key.values()
+        grids = [AccuracyGrid.read_csv(p) for r in g.runs
                  if (p := out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv").exists()]
         if not grids:
             continue
-        trained = _range(rows[0]["trained_difficulties"])
-        lo, hi = _range(rows[0]["trained_steps"])
         label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
         plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
-                     trained_difficulties=trained, trained_steps=(lo, hi),
+                     trained_difficulties=_range(g.runs[0]["trained_difficulties"]),
+                     trained_steps=_range(g.runs[0]["trained_steps"]),
                      difficulty_name=task_class(task).difficulty_name, fixed_depth=_fixed_depth_label(arch, task),
                      title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
     panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
@@ -368,8 +345,8 @@ def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str
         name = run_name(r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_")
         panels.setdefault(r["task"], {}).setdefault(name, []).append(float(r["gate_mean"]))
     if panels:
-        trained = {task: int(rows[0]["trained_steps"].split("-")[-1]) for task in panels
-                   if (rows := _ok(results, task=task, arch="drt")) and rows[0].get("trained_steps")}
+        trained = {task: _range(rows[0]["trained_steps"])[1] for task in panels
+                   if (rows := finished(results.rows, task=task, arch="drt")) and rows[0].get("trained_steps")}
         plot_gate_means(panels, out / "gates.png", trained)
 
 

@@ -24,6 +24,7 @@ from ..eval.shortcuts import CUE_ROWS, node_count_cue
 from .claims import read_rows
 from .drt_claims import best_sufficient, grid_by_seed, worst_over
 from .drt_shortcuts import by_difficulty
+from .render import left, table
 from .report import each, figure, span
 from .rlt import CPU_FEEDBACK_OVERRIDES, FULL_SHAPE
 
@@ -255,17 +256,18 @@ GOALS = (quickstart_goal(), parity_goal(), swaps_goal(), mod5_goal(), logic_goal
 
 
 # --- the README block ------------------------------------------------------------------------------------------
+GOAL_COLUMNS = [left("goal", lambda f: f[0].statement),  # one line per (goal, its finding)
+                left("status: ours", lambda f: f"**{f[1].status}**: {f[1].evidence}"),
+                left("rule", lambda f: f[0].rule), left("from", lambda f: ", ".join(f"`{s}`" for s in f[0].sources)),
+                left("section", lambda f: f[0].section)]
+
+
 def goals_block(results: Path, goals: Iterable[Goal] = GOALS) -> str:
     """The markdown table (between the markers) of every goal: statement, status and evidence, rule, files."""
-    lines = [BEGIN, "", f"\"In ≥ 2 of 3 seeds\" is read as at least two thirds of the finished seeds, and at least "
-             f"{MIN_SEEDS} of them; \"in each seed\" as every finished seed. Accuracies in %.", "",
-             "| goal | status: ours | rule | from | section |", "|---|---|---|---|---|"]
-    for goal in goals:
-        found = goal.finding(results)
-        sources = ", ".join(f"`{s}`" for s in goal.sources)
-        lines.append(f"| {goal.statement} | **{found.status}**: {found.evidence} | {goal.rule} | {sources} | "
-                     f"{goal.section} |")
-    return "\n".join([*lines, "", END])
+    rule = (f"\"In ≥ 2 of 3 seeds\" is read as at least two thirds of the finished seeds, and at least {MIN_SEEDS} "
+            "of them; \"in each seed\" as every finished seed. Accuracies in %.")
+    return "\n".join([BEGIN, "", rule, "", *table(GOAL_COLUMNS, [(goal, goal.finding(results)) for goal in goals]),
+                      "", END])
 
 
 __all__ = ["BEGIN", "END", "GOALS", "STATUSES", "Finding", "Goal", "at_length", "every", "family_goal",

@@ -25,6 +25,7 @@ from pathlib import Path
 from ..config import merge
 from ..io import atomic_write_text
 from . import drt, rlt
+from .render import Column, left, table
 
 TASKS = ("parity", "s5", "graph", "logic")
 
@@ -169,27 +170,29 @@ def task_eta_line(task: str, threads: int, load: float | None = None, cores: int
 
 
 # --- tables --------------------------------------------------------------------------------------------------
+def marked(values: list[int], trained: tuple[int, int]) -> list[str]:
+    """Column headers: each value, * where it lies in the trained range."""
+    return [f"{v}{'*' if trained[0] <= v <= trained[1] else ''}" for v in values]
+
+
 def sequence_table(records: dict[str, list[dict]], trained: tuple[int, int], chance: float) -> str:
     """Final-state accuracy by test length, one row per model; trained lengths marked with *."""
     lengths = [r["length"] for r in next(iter(records.values()))]
-    head = [f"{n}{'*' if trained[0] <= n <= trained[1] else ''}" for n in lengths]
-    lines = ["| model | " + " | ".join(head) + " |", "|---|" + "---:|" * len(lengths)]
-    for name, rows in records.items():
-        lines.append(f"| {name} | " + " | ".join(f"{r['final_state_accuracy']:.2f}" for r in rows) + " |")
-    lines.append(f"accuracy of the final answer by string length; * = trained lengths ({trained[0]}-{trained[1]}); "
-                 f"chance {chance:.2f}")
-    return "\n".join(lines)
+    columns = [left("model", lambda item: item[0]),
+               *(Column(head, lambda item, i=i: f"{item[1][i]['final_state_accuracy']:.2f}")
+                 for i, head in enumerate(marked(lengths, trained)))]
+    return "\n".join([*table(columns, records.items()), "accuracy of the final answer by string length; * = "
+                      f"trained lengths ({trained[0]}-{trained[1]}); chance {chance:.2f}"])
 
 
 def grid_table(grid, trained: tuple[int, int], chance: float, difficulty_name: str) -> str:
     """Accuracy by step budget (rows) x difficulty (columns); trained difficulties marked with *."""
-    head = [f"{d}{'*' if trained[0] <= d <= trained[1] else ''}" for d in grid.difficulties]
-    lines = [f"| steps \\ {difficulty_name} | " + " | ".join(head) + " |", "|---:|" + "---:|" * len(head)]
-    for i, steps in enumerate(grid.budgets):
-        lines.append(f"| {steps} | " + " | ".join(f"{a:.2f}" for a in grid.accuracy[i]) + " |")
-    lines.append(f"test accuracy by thinking steps and {difficulty_name}; * = trained {difficulty_name} "
-                 f"({trained[0]}-{trained[1]}); chance {chance:.2f}")
-    return "\n".join(lines)
+    columns = [Column(f"steps \\ {difficulty_name}", lambda i: str(grid.budgets[i])),
+               *(Column(head, lambda i, j=j: f"{grid.accuracy[i][j]:.2f}")
+                 for j, head in enumerate(marked(grid.difficulties, trained)))]
+    return "\n".join([*table(columns, range(len(grid.budgets))),
+                      f"test accuracy by thinking steps and {difficulty_name}; * = trained {difficulty_name} "
+                      f"({trained[0]}-{trained[1]}); chance {chance:.2f}"])
 
 
 # --- the verdicts ---------------------------------------------------------------------------------------------------

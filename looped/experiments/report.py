@@ -4,15 +4,17 @@
     cell(0.98765, 4)           '0.9877'
     figure('0.5123', 1, 100)   '51.2'            one number in a table ('' / None -> '–')
     spread(['0.5', '0.6'], 1, 100)  '55.0 ± 7.1 (n=2)'   mean ± sample SD over seeds ('–' when none)
+    average(['0.5', '0.6'], 1, 100) '55.0'                the mean alone
     each([1.0, 0.848], 1, 100)      '100.0 / 84.8'        every seed's figure, in the order given
     span([0.013, 0.009], 1, 100)    '0.9–1.3'             lowest to highest
+    span([2000, 1500], text=lambda v: f'{v:,.0f}')  '1,500–2,000'
     finished(rows, task='graph')                 the rows that trained and were scored (status ok)
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..eval.stats import format_mean_sd
 
@@ -42,17 +44,25 @@ def spread(values: Iterable, digits: int = 1, scale: float = 1.0) -> str:
     return format_mean_sd(numbers, digits) if numbers else MISSING
 
 
+def average(values: Iterable, digits: int = 1, scale: float = 1.0) -> str:
+    """The mean of the non-empty values times `scale`, without SD or n (a cell beside a stated n); MISSING when none."""
+    numbers = _numbers(values, 1.0)
+    return figure(statistics.fmean(numbers), digits, scale) if numbers else MISSING
+
+
 def each(values: Iterable, digits: int = 1, scale: float = 1.0) -> str:
     """Every non-empty value's figure, ' / ' between them (one per seed where a spread would hide a bad seed)."""
     return " / ".join(figure(v, digits, scale) for v in _numbers(values, 1.0)) or MISSING
 
 
-def span(values: Iterable, digits: int = 1, scale: float = 1.0) -> str:
-    """'lowest–highest' of the non-empty values times `scale` (one figure when they agree); MISSING when none."""
+def span(values: Iterable, digits: int = 1, scale: float = 1.0, text: Callable[[float], str] | None = None) -> str:
+    """'lowest–highest' of the non-empty values times `scale` (one figure when they agree); MISSING when none.
+    `text` writes an end instead of figure() (parameter counts with thousands separators ...)."""
     numbers = _numbers(values, 1.0)
     if not numbers:
         return MISSING
-    low, high = figure(min(numbers), digits, scale), figure(max(numbers), digits, scale)
+    show = text or (lambda v: figure(v, digits, scale))
+    low, high = show(min(numbers)), show(max(numbers))
     return low if low == high else f"{low}–{high}"
 
 
@@ -79,4 +89,5 @@ def finished(rows: Iterable[dict], **match) -> list[dict]:
             and all(str(r.get(k)) == str(v) for k, v in match.items())]
 
 
-__all__ = ["MISSING", "cell", "column", "each", "figure", "finished", "median_minutes", "percent", "span", "spread"]
+__all__ = ["MISSING", "average", "cell", "column", "each", "figure", "finished", "median_minutes", "percent", "span",
+           "spread"]

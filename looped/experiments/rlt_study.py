@@ -14,18 +14,20 @@ paper's recipe in the header) and <task>.png / feedback.png (accuracy vs test le
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import from_dict, merge
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
-from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from ..train.config import one_budget
 from . import report, rlt
-from .report import cell
-from .results import OVERRIDES, ResultTable, overrides_note
+from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, panels, parameters,
+                     percent_of, spread_of, table, write_table)
+from .report import MISSING, cell, column
+from .results import OVERRIDES, ResultTable
 from .rlt_claims import CLAIMS
 from .study import Axis, Recipe, RunSummary, StudySpec, register_study
 
@@ -106,86 +108,77 @@ def primary_metric(task: str) -> str:
 
 
 # --- report -------------------------------------------------------------------------------------------------
+CAPTION = ("Accuracy (%) of the checkpoint with minimum ID validation loss (earliest on ties), mean ± sample SD over "
+           "seeds (n = seeds finished), teacher-forced, on the shared test rows (1,024 per length; addition 256). "
+           "*Paper*: seed 003, 4+4 rows and Transformer 8 at the full recipe, 3 seeds; CPU-scale models are 2+2 / 4 "
+           "layers, so compare the ordering of rows, not the values. *Shuffled feedback*: the same metric at the "
+           "shortest test length with each row's feedback register replaced by its neighbour's in the batch (rows "
+           "with feedback only): a row that learned the recurrence falls to chance, one that answers from the "
+           "encoder memory keeps its accuracy.")
+S5_PREFIX = "Prefix-token accuracy at 512 (paper: RLT-1 4+4 91.16 ± 6.09, Transformer 8 9.33 ± 0.11): "
+
+
+def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
+    """A task's table: cost, the validation score, each shown test length beside the paper's, and the ablation."""
+    metric = primary_metric(task)
+    shown = rlt.TABLE_LENGTHS.get(task, ())
+    ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
+
+    def at_length(n, name: str) -> Callable[[Group], str]:  # the finished seeds' scores at test length n
+        return lambda g: report.percent(column(g.joined(lengths.rows, length=n), name), 2)
+
+    def paper(n) -> Callable[[Group], str]:
+        return lambda g: _paper(task, g["row"], n, metric)
+
+    def label(g: Group) -> str:
+        return rlt.row_label(g["row"], scale) + (f" ({len(g.failed)} failed)" if g.failed else "")
+
+    by_length = [c for n in shown for c in (Column(str(n), at_length(n, metric)), Column(f"paper {n}", paper(n)))]
+    return [left("row", label), parameters(), spread_of("s/update (incl. validation)", "seconds_per_update", 2),
+            Column("minutes per run (median)", lambda g: report.median_minutes(g.values("train_seconds"))),
+            Column("best step", lambda g: ", ".join(g.values("best_step")) or MISSING),
+            percent_of("ID validation", f"val_{metric}", 2), *by_length,
+            Column(f"{ablated}, shuffled feedback", at_length(ablated, "shuffled_feedback_accuracy"))]
+
+
 def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> str:
-    finished = report.finished(results.rows)
-    tasks = list(dict.fromkeys(r["task"] for r in results.rows))
-    rows = list(dict.fromkeys(r["row"] for r in results.rows))
+    rows = [(row,) for row in dict.fromkeys(r["row"] for r in results.rows)]
     title = "CPU scale" if scale == "cpu" else "the paper's recipe"
-    lines = [f"# Seed 003 (Recurrent Looped Transformer) at {title}", "", *overrides_note(results.rows)]
-    if scale == "cpu":
-        lines += ["Changes to the paper's recipe, identical for every row:", ""]
-        lines += [f"- {change}" for change in rlt.CPU_CHANGES] + [""]
-    lines += ["Accuracy (%) of the checkpoint with minimum ID validation loss (earliest on ties), mean ± sample SD "
-              "over seeds (n = seeds finished), teacher-forced, on the shared test rows (1,024 per length; "
-              "addition 256). *Paper*: seed 003, 4+4 rows and Transformer 8 at the full recipe, 3 seeds; "
-              "CPU-scale models are 2+2 / 4 layers, so compare the ordering of rows, not the values. "
-              "*Shuffled feedback*: the same metric at the shortest test length with each row's feedback register "
-              "replaced by its neighbour's in the batch (rows with feedback only): a row that learned the "
-              "recurrence falls to chance, one that answers from the encoder memory keeps its accuracy.", ""]
-    for task in tasks:
-        metric = primary_metric(task)
-        shown = rlt.TABLE_LENGTHS.get(task, ())
-        ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
-        lines += [f"## {task} ({metric.replace('_', ' ')})", "",
-                  "| row | parameters | s/update (incl. validation) | minutes per run (median) | best step | "
-                  "ID validation | " + " | ".join(f"{n} | paper {n}" for n in shown) + f" | {ablated}, shuffled feedback |",
-                  "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(shown) + "---:|"]
-        for row in rows:
-            runs = [r for r in finished if r["task"] == task and r["row"] == row]
-            failed = [r for r in results.rows if r["task"] == task and r["row"] == row and r not in runs]
-            label = rlt.row_label(row, scale)
-            if not runs and not failed:
-                continue
-            val_column = f"val_{metric}"
-            cells = [label + (f" ({len(failed)} failed)" if failed else ""),
-                     ", ".join(sorted({f"{int(r['parameters']):,}" for r in runs})) or "–",
-                     report.spread([r["seconds_per_update"] for r in runs], 2),
-                     report.median_minutes(r["train_seconds"] for r in runs),
-                     ", ".join(str(r["best_step"]) for r in runs) or "–",
-                     report.percent([r[val_column] for r in runs], 2)]
-            for n in shown:
-                values = [r[metric] for r in lengths.rows if r["task"] == task and r["row"] == row
-                          and int(r["length"]) == n and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
-                cells += [report.percent(values, 2), _paper(task, row, n, metric)]
-            shuffled = [r.get("shuffled_feedback_accuracy") for r in lengths.rows if r["task"] == task
-                        and r["row"] == row and int(r["length"]) == ablated
-                        and any(str(x["seed"]) == str(r["seed"]) for x in runs)]
-            cells.append(report.percent(shuffled, 2))
-            lines.append("| " + " | ".join(cells) + " |")
+    changes = ["Changes to the paper's recipe, identical for every row:", bullets(rlt.CPU_CHANGES)]
+    lines = heading(f"Seed 003 (Recurrent Looped Transformer) at {title}", results.rows,
+                    *(changes if scale == "cpu" else ()), CAPTION)
+    for task in dict.fromkeys(r["task"] for r in results.rows):
+        lines += [f"## {task} ({primary_metric(task).replace('_', ' ')})", "",
+                  *table(task_columns(task, lengths, scale), groups(results.rows, ("row",), order=rows, task=task))]
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
-            prefix = {row: report.percent([r["prefix_token_accuracy"] for r in lengths.rows
-                                         if r["task"] == task and r["row"] == row and int(r["length"]) == 512], 2)
-                      for row in rows}
-            lines += ["", "Prefix-token accuracy at 512 (paper: RLT-1 4+4 91.16 ± 6.09, Transformer 8 9.33 ± 0.11): "
-                      + ", ".join(f"{rlt.row_label(row, scale)} {value}" for row, value in prefix.items())]
+            at_512 = lambda row: column(matching(lengths.rows, task=task, row=row, length=512),  # noqa: E731
+                                        "prefix_token_accuracy")
+            prefix = [f"{rlt.row_label(row, scale)} {report.percent(at_512(row), 2)}" for (row,) in rows]
+            lines += ["", S5_PREFIX + ", ".join(prefix)]
         lines.append("")
-    return "\n".join(lines) + "\n"
+    return markdown(lines)
 
 
 def _paper(task: str, row: str, length: int, metric: str) -> str:
     if (task, row, length, metric) in rlt.PAPER:
         mean, sd = rlt.PAPER[(task, row, length, metric)]
         return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
-    return rlt.PAPER_NOTES.get((task, row, length), "–")
+    return rlt.PAPER_NOTES.get((task, row, length), MISSING)
 
 
 def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: str = "cpu") -> None:
-    for table in (results, lengths):
-        table.reload()  # rows other processes of the same study added
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "table.md", table_markdown(results, lengths, scale))
+    write_table(out, (results, lengths), lambda: table_markdown(results, lengths, scale))
     tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
     labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
-    for task in tasks:
-        plot_task(lengths, task, out / f"{task}.png", labels)
-    if tasks:
-        plot_feedback(lengths, tasks, out / "feedback.png", labels)
-
-
-def _aggregate(lengths: ResultTable, task: str) -> list[dict]:
-    records = [{**r, "length": int(r["length"]), **{m: float(r[m]) for m in METRICS}}
-               for r in lengths.rows if r["task"] == task]
-    return aggregate_over_seeds(records)
+    for task in tasks:  # one panel per metric for S5 (Fig. 13: prefix-token, final-state, whole-sequence)
+        metrics = METRICS if task.startswith("s5") else (primary_metric(task),)
+        panels(out / f"{task}.png", metrics, lambda ax, metric: _curves(ax, lengths, task, metric, labels,
+                                                                         f"{task}: {metric.replace('_', ' ')}"),
+               size=(5.2, 3.8), title=f"{task}: {SUBTITLE}")
+    if tasks:  # Fig. 8 style: the headline accuracy of every row across each task's test grid
+        panels(out / "feedback.png", tasks, lambda ax, task: _curves(ax, lengths, task, primary_metric(task),
+                                                                      labels, task),
+               size=(5.0, 3.8), title=f"Feedback rows on every task: {SUBTITLE}")
 
 
 # one colour per row in every panel and figure, in the plan's order
@@ -193,46 +186,15 @@ ROW_COLORS = {row: f"C{i}" for i, row in enumerate(dict.fromkeys((*rlt.PLAN_ROWS
 SUBTITLE = "accuracy against test length, mean ± SD over seeds, best-validation checkpoint, teacher-forced"
 
 
-def _row_order(table: list[dict]) -> list[str]:
-    present = {r["row"] for r in table}
-    return [row for row in ROW_COLORS if row in present] + sorted(present - set(ROW_COLORS))
-
-
-def plot_task(lengths: ResultTable, task: str, path: Path, labels: dict[str, str]) -> None:
-    """One panel per metric for S5 (Fig. 13: prefix-token, final-state, whole-sequence), else the headline."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = METRICS if task.startswith("s5") else (rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),)
-    table = _aggregate(lengths, task)
+def _curves(ax, lengths: ResultTable, task: str, metric: str, labels: dict[str, str], title: str) -> None:
+    """One panel: a task's rows (mean ± SD over seeds) against test length."""
+    points = aggregate_over_seeds([{**r, "length": int(r["length"]), **{m: float(r[m]) for m in METRICS}}
+                                  for r in matching(lengths.rows, task=task)])
+    present = {r["row"] for r in points}
+    order = [row for row in ROW_COLORS if row in present] + sorted(present - set(ROW_COLORS))
     spec = rlt.TASKS[task]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 3.8), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
-        plot_length_curves(table, spec["name"], path, metric=metric, labels=labels, variant=spec.get("variant"),
-                           title=f"{task}: {metric.replace('_', ' ')}", ax=ax, rows=_row_order(table),
-                           colors=ROW_COLORS)
-    fig.suptitle(f"{task}: {SUBTITLE}", fontsize=9)
-    fig.tight_layout()
-    atomic_save_figure(fig, path)
-
-
-def plot_feedback(lengths: ResultTable, tasks: list[str], path: Path, labels: dict[str, str]) -> None:
-    """Fig. 8 style: the headline accuracy of every row across each task's test grid, one panel per task."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.0 * len(tasks), 3.8), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        spec = rlt.TASKS[task]
-        table = _aggregate(lengths, task)
-        plot_length_curves(table, spec["name"], path, labels=labels, ax=ax, rows=_row_order(table),
-                           metric=rlt.PRIMARY_METRIC.get(task, "final_state_accuracy"),
-                           variant=spec.get("variant"), title=task, colors=ROW_COLORS)
-    fig.suptitle(f"Feedback rows on every task: {SUBTITLE}", fontsize=9)
-    fig.tight_layout()
-    atomic_save_figure(fig, path)
+    plot_length_curves(points, spec["name"], None, metric=metric, labels=labels, variant=spec.get("variant"),
+                       title=title, ax=ax, rows=order, colors=ROW_COLORS)
 
 
 # --- the spec ------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
 from . import board_front, goals
+from .render import left, table
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
 
@@ -26,12 +27,11 @@ STUDIES = (("000 CLW", "clw_cpu", clw_claims), ("002 DRT", "drt_cpu", drt_claims
 
 def summary_block(results: Path) -> str:
     """The markdown table (between the markers) of every claim: seed, claim, ours, verdict, the claims file."""
-    lines = [BEGIN, "", "| seed | claim | ours | verdict |", "|---|---|---|---|"]
-    for seed, folder, claims in STUDIES:
-        for claim in claims(Path(results) / folder):
-            ours, verdict, _ = claim.evidence()
-            lines.append(f"| {seed} | {claim.statement} | {ours} | [{verdict}](results/{folder}/claims.md) |")
-    return "\n".join([*lines, "", END])
+    found = [(seed, folder, claim, *claim.evidence()) for seed, folder, claims in STUDIES
+             for claim in claims(Path(results) / folder)]
+    columns = [left("seed", lambda f: f[0]), left("claim", lambda f: f[2].statement), left("ours", lambda f: f[3]),
+               left("verdict", lambda f: f"[{f[4]}](results/{f[1]}/claims.md)")]  # f: seed, folder, claim, evidence
+    return "\n".join([BEGIN, "", *table(columns, found), "", END])
 
 
 # each generated block: its markers and what renders it from the results folder

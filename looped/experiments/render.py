@@ -1,0 +1,200 @@
+"""The one report renderer: every study's tables as column specs over groups of runs, and its figures as panels.
+
+A table is a list of `Column`s (a header, an alignment, and how a group of runs becomes the cell's text) shown
+over a list of `Group`s (the runs of one task x row, one corpus x row, ...); `table()` writes the markdown
+header, the alignment row and one line per group. Every number a cell shows goes through report.py's formatter.
+
+    columns = [key("row"), parameters(), spread_of("bits/byte", "bits_per_byte", 4, corpus="enwik8")]
+    lines = table(columns, groups(results.rows, ("row",), order=[("plain",), ("workspace",)]))
+
+    panels(path, ("enwik8", "tinystories"), draw, size=(5.5, 4))   # a panel per corpus; draw(ax, corpus)
+    buckets(rows, lambda r: int(r["rounds"]), corpus="enwik8")   # {rounds: the rows at that value}, ascending
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_save_figure, atomic_write_text
+from .report import MISSING, average, finished, spread
+from .results import ResultTable, overrides_note
+
+LEFT, RIGHT = "---", "---:"  # a markdown column's alignment: text left, numbers right
+
+
+def matching(rows: Iterable[dict], **match) -> list[dict]:
+    """The rows whose columns equal `match` (compared as text, so 42 matches the CSV's '42')."""
+    return [r for r in rows if all(str(r.get(k)) == str(v) for k, v in match.items())]
+
+
+# --- groups of runs -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Group:
+    """The rows of one table line: `key` the columns they share, `runs` the finished ones, `failed` the rest."""
+
+    key: dict
+    runs: list[dict]
+    failed: list[dict]
+
+    def __getitem__(self, name: str) -> str:
+        return self.key[name]
+
+    def where(self, **match) -> Group:
+        """The part of the group whose columns also equal `match` (one corpus of a row that spans two)."""
+        return Group({**self.key, **match}, matching(self.runs, **match), matching(self.failed, **match))
+
+    def values(self, column: str) -> list:
+        """The finished runs' cells of one column, '' where a run lacks it."""
+        return [r.get(column, "") for r in self.runs]
+
+    def joined(self, rows: Iterable[dict], **match) -> list[dict]:
+        """The rows of another table (per-length scores ...) that belong to this group's finished runs: same key
+        columns, a finished run's seed, and `match`."""
+        seeds = {str(r["seed"]) for r in self.runs}
+        return [r for r in matching(rows, **self.key, **match) if str(r["seed"]) in seeds]
+
+
+def groups(rows: Iterable[dict], by: Sequence[str], *, order: Iterable[tuple] | None = None,
+           keep_empty: bool = False, **match) -> list[Group]:
+    """One Group per value of the `by` columns among the rows matching `match`: in first-seen order, or in
+    `order` (key tuples). A key without rows is left out unless `keep_empty` (a line of dashes)."""
+    chosen = matching(rows, **match)
+    value = lambda r: tuple(str(r.get(c)) for c in by)  # noqa: E731
+    keys = [tuple(map(str, k)) for k in order] if order is not None else list(dict.fromkeys(map(value, chosen)))
+    found = []
+    for k in keys:
+        mine = [r for r in chosen if value(r) == k]
+        runs = finished(mine)
+        done = {id(r) for r in runs}
+        if mine or keep_empty:
+            found.append(Group({**match, **dict(zip(by, k))}, runs, [r for r in mine if id(r) not in done]))
+    return found
+
+
+# --- columns -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: its header, how a line's group (or item) becomes its cell, and its alignment."""
+
+    header: str
+    cell: Callable[[Any], str]
+    align: str = RIGHT
+
+
+def left(header: str, cell: Callable[[Any], str]) -> Column:
+    """A text column (left-aligned)."""
+    return Column(header, cell, LEFT)
+
+
+def key(name: str, header: str | None = None, align: str = LEFT) -> Column:
+    """The group's own value of a key column, as text."""
+    return Column(header or name, lambda g: g[name], align)
+
+
+def spread_of(header: str, column: str, digits: int = 1, scale: float = 1.0, **where) -> Column:
+    """mean ± SD (n) over the group's finished runs (those matching `where`) of one results column."""
+    return Column(header, lambda g: spread(g.where(**where).values(column), digits, scale))
+
+
+def percent_of(header: str, column: str, digits: int = 1, **where) -> Column:
+    """spread_of() of a fraction, in %."""
+    return spread_of(header, column, digits, 100.0, **where)
+
+
+def mean_of(header: str, column: str, digits: int = 1, scale: float = 1.0, **where) -> Column:
+    """The mean alone (beside a stated n) over the group's finished runs matching `where` of one column."""
+    return Column(header, lambda g: average(g.where(**where).values(column), digits, scale))
+
+
+def parameters(header: str = "parameters") -> Column:
+    """Every distinct parameter count of the group's finished runs (one unless the recipe changed)."""
+    return Column(header, lambda g: ", ".join(f"{p:,}" for p in sorted({int(v) for v in g.values("parameters")
+                                                                          if v not in ("", None)})) or MISSING)
+
+
+def table(columns: Sequence[Column], rows: Iterable, keep: Callable[[list[str]], bool] = lambda cells: True
+          ) -> list[str]:
+    """The markdown lines of a table: header, alignment, one line per group (or any item a column reads: a
+    claim ...), left out where keep(its cells) says no."""
+    lines = [line(c.header for c in columns), "|" + "".join(f"{c.align}|" for c in columns)]
+    for group in rows:
+        cells = [c.cell(group) for c in columns]
+        if keep(cells):
+            lines.append(line(cells))
+    return lines
+
+
+def line(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def heading(title: str, rows: list[dict], *paragraphs: str) -> list[str]:
+    """A report's first lines: '# title', the note that its runs are not the recipe (when so), each paragraph."""
+    return [f"# {title}", "", *overrides_note(rows), *(text for p in paragraphs for text in (p, ""))]
+
+
+def bullets(items: Iterable[str]) -> str:
+    """A markdown list as one paragraph."""
+    return "\n".join(f"- {item}" for item in items)
+
+
+def markdown(lines: list[str]) -> str:
+    """The lines as a file's text (one newline at the end)."""
+    return "\n".join(lines) + "\n"
+
+
+def section(title: str, body: list[str], caption: str | None = None) -> list[str]:
+    """A '## title' section: its caption paragraph (if any), then the body (a table's lines)."""
+    return ["## " + title, "", *([caption, ""] if caption is not None else []), *body]
+
+
+# --- numbers behind figures and by-value tables ---------------------------------------------------------------
+def buckets(rows: Iterable[dict], x: Callable[[dict], Any], **match) -> dict[Any, list[dict]]:
+    """The rows matching `match`, bucketed by x(row), in ascending x (a curve's points before averaging)."""
+    found: dict[Any, list[dict]] = {}
+    for r in matching(rows, **match):
+        found.setdefault(x(r), []).append(r)
+    return dict(sorted(found.items()))
+
+
+def mean(rows: Iterable[dict], column: str) -> float | None:
+    """The mean of one numeric column over the rows that have a value there (a bucket's point); None if none do."""
+    numbers = [float(r[column]) for r in rows if r.get(column) not in ("", None)]
+    return statistics.fmean(numbers) if numbers else None
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+def write_table(out: Path, tables: Iterable[ResultTable], text: Callable[[], str]) -> None:
+    """Reload the study's CSVs (rows other processes of the study added), then rewrite out/table.md as text()."""
+    for results in tables:
+        results.reload()
+    Path(out).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(out) / "table.md", text())
+
+
+def panels(path: Path, keys: Sequence, draw: Callable[[Any, Any], None], *, size: tuple[float, float],
+           title: str | None = None, finish: Callable[[Any], None] | None = None) -> None:
+    """A figure of one panel per key side by side (`size`: one panel's inches); draw(ax, key) fills a panel,
+    `finish(ax)` the touches every panel shares; `title` above them all. Saved atomically."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(size[0] * len(keys), size[1]), squeeze=False)
+    for ax, k in zip(axes[0], keys):
+        draw(ax, k)
+        if finish is not None:
+            finish(ax)
+    if title is not None:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    atomic_save_figure(fig, path)
+
+
+__all__ = ["Column", "Group", "LEFT", "RIGHT", "buckets", "bullets", "groups", "heading", "key", "left", "line",
+           "markdown", "matching", "mean", "mean_of", "panels", "parameters", "percent_of", "section", "spread_of",
+           "table", "write_table"]
