@@ -45,11 +45,28 @@ def test_exit_bench_cli_prints_the_table_and_judges_the_goal_at_batch_8(tmp_path
     assert goal["met"] == {mode: goal["ratio"][mode] >= 0.7 for mode in ("lockstep", "stream")}
 
 
+@pytest.mark.parametrize("arch, threshold, depth", [("exit_gate_loop", 0.0, 1), ("prelude_coda", 1e9, 2)])
+def test_the_other_exit_families_are_benched_in_lockstep_with_their_upkeep_counted(arch, threshold, depth, tmp_path):
+    """exit_gate_loop (q = 0: every token exits after step 1) and prelude_coda (KL < 1e9: every token after
+    iteration 2) have no streaming mode; what an exited token still computes (the stack's earlier blocks, the
+    coda every iteration) is counted by FlopCounterMode, so the saving with upkeep is below the depth's."""
+    result = run_exit_bench(threshold, batches=(3,), out=tmp_path / "exit.json",
+                            **{**TINY, "arch": arch, "dim": 16, "heads": 2, "ffn_dim": 24, "rounds": 4})
+    entry = result["batches"]["3"]
+    assert "stream" not in entry and set(entry["time_saving"]) == {"lockstep"}
+    assert entry["mean_depth"] == depth
+    flops, counted = entry["flops"], entry["flops"]["counted_per_token"]
+    assert flops["saving_with_upkeep"] == pytest.approx(1 - counted["lockstep"] / counted["fixed"])
+    # below the depth's saving (at this tiny width prelude_coda's head every iteration even costs more than it saves)
+    assert flops["saving_with_upkeep"] < flops["saving"]
+    assert entry["bits_per_byte"]["relative_difference"]["lockstep"] < 1e-6
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(threshold=-0.1), "--threshold must be >= 0"),
     (dict(batches=(0, 8)), "--batches must be positive"),
     (dict(steps=40), r"prompt 4 \+ steps 40 \+ 1 > context_length 40"),
-    (dict(arch="transformer"), "measures the looped rows of seed 000"),
+    (dict(arch="transformer"), "measures rows with a per-position exit"),
 ])
 def test_exit_bench_refuses_bad_options_in_one_line(options, message, tmp_path):
     kwargs = {**TINY, "batches": (1,), "out": None, **options}

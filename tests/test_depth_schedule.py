@@ -7,6 +7,7 @@ depths; the compute ledger charges what the schedule runs and back-propagates.""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -234,6 +235,20 @@ def test_a_random_depth_is_charged_its_expectation():
     per_depth = [model_ledger(tiny("anchored_loop", rounds=d, backprop_rounds=3), 16).training_flops(4)
                  for d in range(1, 8)]
     assert model_ledger(model, 16).training_flops(4) == pytest.approx(sum(per_depth) / 7, rel=1e-12)
+
+
+def test_per_sequence_depths_are_charged_the_expected_longest_sequence():
+    """stable_loop runs a batch for its longest sequence: E[max_b (T_b - k_b)] + E[max_b k_b] and E[max_b k_b],
+    against the mean of many seeded schedules."""
+    from looped.models.depth_schedule import per_sequence_depth, per_sequence_schedule, sample_depths
+    torch.manual_seed(0)
+    for batch, mean, backprop in ((1, 8, 4), (4, 8, 4), (3, 3, 2)):
+        plans = torch.tensor([per_sequence_schedule(*sample_depths(batch, mean, backprop))[:2]
+                              for _ in range(10000)]).double()
+        ran, with_grad = per_sequence_depth(batch, mean, backprop)
+        assert ran == pytest.approx(plans[:, 0].mean().item(), rel=0.01), (batch, mean, backprop)
+        assert with_grad == pytest.approx((plans[:, 0] - plans[:, 1]).mean().item(), rel=0.01)
+    assert per_sequence_depth(1, 8, 4)[0] == pytest.approx(8 + math.exp(-8), rel=1e-12)  # E[max(1, N)]
 
 
 # --- the trainer: progressive depth by update, cumulative FLOPs, resume --------------------------------------------

@@ -6,6 +6,8 @@ to the ledger of the routing the test's tokens get (`call_ledger`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -130,6 +132,81 @@ def test_state_bytes_match_the_decode_state(arch, overrides):
             ledger = call_ledger(model, tokens, depth)  # a routed row's state: the mean over rows of its entries
             assert held_state_bytes(state) == pytest.approx(batch * ledger.state_bytes(), rel=1e-12), (arch, context,
                                                                                                         depth)
+
+
+# --- training: what an update really computes (forward + backward) ---------------------------------------------
+def counted_update(model, tokens: torch.Tensor) -> int:
+    """FlopCounterMode's count of one training update's forward and backward, through the trainer's loss."""
+    from looped.train.tasks import LMTask
+    model.train()
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        LMTask.loss(model, tokens).backward()
+    return counter.get_total_flops()
+
+
+def calls_of(module) -> list:
+    calls = []
+    module.register_forward_hook(lambda mod, args, out: calls.append(out.requires_grad))
+    return calls
+
+
+def test_exit_gate_training_pays_a_head_and_a_gate_at_every_step():
+    """The stage-I objective reads out all T steps: 3 x the inference forward (one head) would undercount."""
+    model = tiny("exit_gate_loop")
+    x = torch.randint(0, model.config.vocab_size, (2, 17))
+    ledger = model_ledger(model, 16)
+    assert counted_update(model, x) == pytest.approx(ledger.training_flops(2), rel=TOLERANCE)
+    assert ledger.training_flops(2) > 1.1 * 3 * ledger.forward_flops(2)
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["fixed", "drawn"])
+def test_prelude_coda_training_pays_the_drawn_depth_and_backprop_through_the_last_k(sampled):
+    """At r_bar (sample_rounds off) the ledger's own figure; at a seeded draw r, the ledger's rule at (r, min(r,
+    k)): r forward iterations, k of them back-propagated, 3 x the prelude, coda and head."""
+    model = tiny("prelude_coda", rounds=5, backprop_rounds=2, sample_rounds=sampled)
+    calls = calls_of(model.adapter)
+    x = torch.randint(0, model.config.vocab_size, (2, 17))
+    torch.manual_seed(11)
+    counted = counted_update(model, x)
+    ledger = model_ledger(model, 16)
+    drawn = len(calls)
+    assert calls == [False] * (drawn - 2) + [True] * 2 and drawn > 2
+    if not sampled:
+        assert ledger.training_rounds == (5.0, 2.0)
+    at_draw = dataclasses.replace(ledger, training_rounds=(drawn, min(drawn, 2)))
+    assert counted == pytest.approx(at_draw.training_flops(2), rel=TOLERANCE)
+    assert at_draw.training_flops(2) < 0.8 * 3 * dataclasses.replace(ledger, rounds=ledger.rounds[:1] * drawn
+                                                                      ).forward_flops(2)  # 3 x forward overcharges
+
+
+def test_prelude_coda_charges_the_expected_draw():
+    """E[r] = r_bar + 1 and E[min(r, k)] of the log-normal Poisson, against the mean of many draws."""
+    from looped.models.depth_schedule import sample_rounds
+    model = tiny("prelude_coda", rounds=5, backprop_rounds=3)
+    torch.manual_seed(0)
+    draws = torch.tensor([sample_rounds(5, model.config.rounds_sigma) for _ in range(20000)]).double()
+    ran, backpropagated = model_ledger(model, 16).training_rounds
+    assert ran == 6.0 and ran == pytest.approx(draws.mean().item(), rel=0.02)
+    assert backpropagated == pytest.approx(draws.clamp(max=3).mean().item(), rel=0.01)
+
+
+def test_stable_loop_training_pays_each_batchs_longest_sequence():
+    """Per-sequence depths run the batch for max_b (T_b - k_b) rounds without gradients and max_b k_b with: at a
+    seeded draw the count is the ledger's rule at those; the ledger's own figure is its expectation over draws."""
+    from looped.models.depth_schedule import per_sequence_depth
+    model = tiny("stable_loop", rounds=4, backprop_rounds=2)
+    x = torch.randint(0, model.config.vocab_size, (4, 17))
+    torch.manual_seed(5)
+    ran, first_with_grad, _ = model.train().plan(4, None)
+    torch.manual_seed(5)
+    counted = counted_update(model, x)
+    ledger = model_ledger(model, 16)
+    at_draw = dataclasses.replace(ledger, per_sequence_depth=None, training_rounds=(ran, ran - first_with_grad))
+    assert counted == pytest.approx(at_draw.training_flops(4), rel=TOLERANCE)
+    expected = dataclasses.replace(ledger, per_sequence_depth=None, training_rounds=per_sequence_depth(4, 4, 2))
+    assert ledger.training_flops(4) == expected.training_flops(4)
+    # two micro-batches of 2 draw their longest sequence from fewer rows: fewer rounds per update
+    assert ledger.training_flops(4, calls=2) < ledger.training_flops(4)
 
 
 # --- reasoning rows (seed 002): a forward reads whole problems; no decoding state ----------------------------

@@ -8,7 +8,8 @@ import torch
 from looped.nn import MultiHeadAttention, stacked_caches
 
 from lm_drivers import tiny_model
-from test_loop_exit import LOOPED, PREFILL, ROUNDS, check_each_row, close, dense_rule, varied_threshold
+from test_loop_exit import (LOOPED, PREFILL, ROUNDS, check_each_row, close, decode_all, dense_rule,
+                            varied_threshold)
 
 LENGTH = 20
 
@@ -27,13 +28,10 @@ def streamed(model, tokens, threshold):
 
 
 def stepped(model, tokens, threshold, *, dense=False):
-    """The same with one call per token: `decode` (lockstep), or the dense rule of before."""
-    state = model.init_state(tokens.shape[0], rounds=ROUNDS, exit_threshold=None if dense else threshold)
-    step = (lambda chunk: dense_rule(model, chunk, state, threshold)[0]) if dense else (
-        lambda chunk: model.decode(chunk, state))
-    step(tokens[:, :PREFILL])
-    logits = torch.cat([step(tokens[:, i:i + 1]) for i in range(PREFILL, tokens.shape[1])], 1)
-    return logits, state
+    """The same with one call per token (decode_all: `decode` in lockstep, or the dense rule of before): the
+    logits of the tokens after the prefill, and the state."""
+    logits, _, state = decode_all(model, tokens, threshold, dense=dense_rule if dense else None)
+    return logits[:, PREFILL:], state
 
 
 @pytest.mark.parametrize("arch", LOOPED)

@@ -239,6 +239,20 @@ def test_a_state_saved_with_short_windows_still_loads():
         assert_equivalent(model.decode(x[:, 2:], restored), full[:, 2:], "continuation")
 
 
+@pytest.mark.parametrize("arch", ["rlt0", "rlt"])
+def test_a_prefilled_window_owns_only_its_own_slots(arch):
+    """The window kept after a long prompt must not be a view into the prompt's keys/values: a view would keep
+    the whole chunk's storage (W-1+n slots, n = the prompt for RLT-0) alive for as long as the state lives."""
+    model = tiny(arch, window=3)
+    with torch.no_grad():
+        state = model.init_state(2)
+        model.decode(torch.randint(0, 277, (2, 20)), state)
+    for keys, values in state.windows:
+        for kept in (keys, values):
+            assert kept.shape[2] == 2  # W-1 slots
+            assert kept.untyped_storage().nbytes() == kept.numel() * kept.element_size()
+
+
 def test_truncated_bptt_keeps_values_and_cuts_gradients():
     torch.manual_seed(0)
     x = torch.cat((torch.randint(0, 100, (2, 6)), torch.randint(100, 277, (2, 6))), 1)  # early ids never recur

@@ -80,6 +80,28 @@ def poisson_tail_means(rate_mean: float, sigma: float, m: int) -> list[float]:
     return tails
 
 
+def lognormal_poisson_depth(rate_mean: float, sigma: float, k: int) -> tuple[float, float]:
+    """(E[R], E[min(R, k)]) of R = sample_rounds(rate_mean, sigma): E[R] = rate_mean + 1 and
+    E[min(R, k)] = sum_{j=1..k} P(R >= j) = 1 + sum_{j=1..k-1} P(N >= j), R = N + 1."""
+    return rate_mean + 1.0, 1.0 + sum(poisson_tail_means(rate_mean, sigma, k - 1))
+
+
+def per_sequence_depth(batch: int, mean: int, backprop: int) -> tuple[float, float]:
+    """(E[rounds run], E[rounds with gradients]) of a batch scheduled by per_sequence_schedule(*sample_depths(batch,
+    mean, backprop)): E[max_b (T_b - k_b)] + E[max_b k_b] and E[max_b k_b]. With T = max(1, N), N ~ Poisson(mean),
+    P(T < j) = P(N <= j - 1) for j >= 2 (0 for j = 1), so E[max_b k_b] = sum_{j=1..backprop} (1 - P(T < j)^batch)
+    and E[max_b (T_b - k_b)] = sum_{j>=1} (1 - P(T < backprop + j)^batch), summed until the terms vanish."""
+    def below(j: int) -> float:  # P(T < j)
+        return 0.0 if j <= 1 else float(torch.special.gammaincc(torch.tensor(float(j), dtype=torch.float64),
+                                                                    torch.tensor(float(mean), dtype=torch.float64)))
+
+    with_grad = sum(1.0 - below(j) ** batch for j in range(1, backprop + 1))
+    without, j = 0.0, 1
+    while (term := 1.0 - below(backprop + j) ** batch) > 1e-15:
+        without, j = without + term, j + 1
+    return without + with_grad, with_grad
+
+
 # --- the schedule: the config section `model.depth_schedule` of the looped rows ----------------------------------
 KINDS = ("fixed", "uniform", "poisson_lognormal", "progressive")
 
@@ -161,5 +183,4 @@ class DepthSchedule:
             return (low + high) / 2, sum(d if k is None else min(d, k) for d in depths) / len(depths)
         if k is None:
             return float(rounds), float(rounds)
-        # E[min(R, k)] = sum_{j=1..k} P(R >= j) = 1 + sum_{j=1..k-1} P(N >= j), R = N + 1
-        return float(rounds), 1.0 + sum(poisson_tail_means(rounds - 1, self.sigma, k - 1))
+        return lognormal_poisson_depth(rounds - 1, self.sigma, k)

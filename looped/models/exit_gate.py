@@ -35,7 +35,9 @@ whose cumulative exit probability 1 - S_t exceeds the threshold q (q >= 1: never
 exits). An exited position's state is frozen and its output is its exit step's logits; it still runs through the
 stack in later steps (from its frozen state) so that later positions find every step's keys and values, the
 policy of the seed-000 early exit (loop.py). Every decision at position i depends on positions <= i only, so
-incremental decoding equals the full forward with or without early exit.
+incremental decoding equals the full forward with or without early exit. In a batch the steps run in lockstep
+(loop_exit.py): an exited position skips its last layer's query and FFN, the head and the gate, which is all it
+can skip while its keys/values stay what the single-row rule gives (tests/test_exit_families.py).
 
 Choices where the paper leaves details open (each tested in tests/test_exit_gate.py):
   * the gate reads the state after the final norm N_f (what the head reads), per position;
@@ -55,8 +57,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn import KVCache, MultiHeadAttention, RMSNorm, SwiGLU
+from ..nn.block import SelectedPositions
 from .base import CausalLM, DecodeState, LMConfig
 from .ledger import Ledger, block_flops, item_bytes, linear_flops
+from .loop_exit import CumulativeGate, Selection, run_lockstep, scatter, stack_selected
 from .registry import register
 from .trace import RoundTrace
 
@@ -141,7 +145,7 @@ def exit_distribution(exit_probs: torch.Tensor) -> torch.Tensor:
     return torch.cat((exit_probs[..., :-1] * before[..., :-1], before[..., -1:]), dim=-1)
 
 
-class SandwichLayer(nn.Module):
+class SandwichLayer(SelectedPositions, nn.Module):
     """x + N_2(Attn(N_1(x))), then y + N_4(SwiGLU(N_3(y))): RMSNorm before and after each sublayer."""
 
     def __init__(self, dim: int, heads: int, ffn_dim: int, eps: float, rope_base: float):
@@ -152,7 +156,15 @@ class SandwichLayer(nn.Module):
         self.mlp = SwiGLU(dim, ffn_dim, bias=False)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.attn_out(self.attn(self.attn_in(x), cache=cache))
+        return self.feed_forward(self.attention_residual(x, self.attn(self.attention_input(x), cache=cache)))
+
+    def attention_input(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn_in(x)
+
+    def attention_residual(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        return x + self.attn_out(attended)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.mlp_out(self.mlp(self.mlp_in(x)))
 
 
@@ -270,20 +282,9 @@ class ExitGateLoop(CausalLM):
 
     def run_early_exit(self, tokens: torch.Tensor, rounds: int, state: ExitGateState | None,
                        threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.embed(tokens)
-        active = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
-        used = torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
-        survive = torch.ones(tokens.shape, dtype=torch.float32, device=tokens.device)
-        logits = None
-        for t in range(rounds):
-            refined = self.cached_step(h, state.caches[t] if state is not None else None)
-            h = torch.where(active.unsqueeze(-1), refined, h)  # an exited position keeps its frozen state
-            used += active.long()
-            step_logits, lam = self.readout(h)
-            logits = step_logits if logits is None else torch.where(active.unsqueeze(-1), step_logits, logits)
-            survive = survive * (1 - lam.float())
-            active = active & ~(1 - survive > threshold)
-        return logits, used
+        """(logits, steps used) with exited positions computing only what later queries read (loop_exit.py)."""
+        return run_lockstep(GateSteps(self, tokens, state), CumulativeGate(threshold), rounds, tokens.shape,
+                            tokens.device, decoding=state is not None)
 
     def init_state(self, batch: int, *, rounds: int | None = None,
                    exit_threshold: float | None = None) -> ExitGateState:
@@ -306,16 +307,39 @@ class ExitGateLoop(CausalLM):
 
     # compute ledger (looped/models/ledger.py) ------------------------------------------------------------
     def ledger(self, context: int, depth: int | None = None) -> Ledger:
-        """The forward at `depth` steps: L layers per step, one head. Every step keeps every layer's KV cache."""
+        """The forward at `depth` steps: L layers per step, one head. Every step keeps every layer's KV cache.
+        Training (`objective` on forward(with_exits=True)) reads out every step: a head and an exit gate each."""
         c, rounds = self.config, self.resolve_rounds(depth)
         layer = block_flops(c.dim, c.ffn_dim, context, mlp="swiglu")
         per_step = {name: c.layers * flops for name, flops in layer.items()}
         size = item_bytes(self)
-        notes = ["training reads out every step (T heads and T exit gates, not one head): its FLOPs are higher "
-                 "than 3 x this forward by 3 x (T - 1) heads and 3 x T gates per token"]
-        return Ledger(self.arch_name, context, rounds, {"head": linear_flops(c.dim, c.vocab_size)},
-                      [dict(per_step) for _ in range(rounds)], round_name="step",
-                      state_per_token={"kv cache": rounds * c.layers * 2 * c.dim * size}, notes=notes)
+        head = linear_flops(c.dim, c.vocab_size)
+        readouts = {"heads": rounds * head, "exit gates": rounds * linear_flops(c.dim, 1)}
+        return Ledger(self.arch_name, context, rounds, {"head": head}, [dict(per_step) for _ in range(rounds)],
+                      round_name="step", state_per_token={"kv cache": rounds * c.layers * 2 * c.dim * size},
+                      training_outside=readouts)
+
+
+class GateSteps:
+    """ExitSteps (loop_exit.py) of the LoopLM. An exited position's state is frozen, but its keys/values in layer
+    l > 1 of a later step depend on what its layer l - 1 reads in that step: every layer but the last still runs
+    at every position; the last layer's query and FFN, the head and the gate run at the active ones only."""
+
+    def __init__(self, model: ExitGateLoop, tokens: torch.Tensor, state: ExitGateState | None):
+        self.model, self.state, self.h = model, state, model.embed(tokens)  # h (batch, n, dim)
+
+    def refine(self, t: int, select: Selection | None, active: torch.Tensor) -> None:
+        caches = self.state.caches[t] if self.state is not None else None
+        if select is None:
+            self.h = self.model.cached_step(self.h, caches)
+        else:
+            self.h = scatter(self.h, select, stack_selected(self.model.layers, self.h, select, caches))
+
+    def read(self, t: int, select: Selection | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if select is not None and not len(select.flat):
+            return None, None
+        h = self.h.flatten(0, 1)  # (batch n, dim)
+        return self.model.readout(h if select is None else h.index_select(0, select.flat))
 
 
 def check_threshold(threshold: float) -> None:

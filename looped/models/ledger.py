@@ -20,10 +20,14 @@ Conventions
                backward pass costs about twice the forward: one product for the input gradient and one for the
                weight gradient per forward product). Truncated backprop through time (RLT `truncate_bptt`)
                cuts the gradient between spans but still back-propagates through every step, so the factor
-               stays 3. A depth schedule (the looped rows' `depth_schedule`) sets `training_rounds` = (E[R],
-               E[k]): a training forward runs R rounds and back-propagates through the last k of them, so per
-               token it costs 3 x the work outside the rounds + (E[R] + 2 E[k]) x a round's (once-per-call work:
-               3 x, it is done with gradients).
+               stays 3. A sampled depth or truncated backprop through depth (the looped rows' `depth_schedule`,
+               prelude_coda's draw) sets `training_rounds` = (E[R], E[k]): a training forward runs R rounds and
+               back-propagates through the last k of them, so per token it costs 3 x the work outside the
+               rounds + (E[R] + 2 E[k]) x a round's (once-per-call work: 3 x, it is done with gradients).
+               stable_loop draws a depth per sequence and runs the batch for the longest: `per_sequence_depth`
+               (mean, backprop) makes (E[R], E[k]) those of the max over a micro-batch. Where the training
+               forward reads out differently from the inference one (exit_gate_loop: a head and an exit gate
+               after every step), `training_outside` replaces `outside` in the training figure.
   state bytes  the tensors incremental decoding keeps per sequence after L tokens (batch 1): KV caches
                grow by `state_per_token` bytes a position, the rest (workspace sums, RLT windows and feedback,
                LSTM h and c) is `state_fixed`. Caches that preallocate the whole context hold more memory than
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..nn import KVCache
+from .depth_schedule import per_sequence_depth
 
 TRAINING_FACTOR = 3  # forward + backward (about 2 x forward)
 
@@ -85,6 +90,10 @@ class Ledger:
     # a training depth schedule: the rounds a training forward runs and back-propagates through, in expectation
     # (None: those of `rounds`, every one back-propagated)
     training_rounds: tuple[float, float] | None = None
+    # stable_loop: (mean, backprop) of per-sequence Poisson depths; training_rounds then depends on the micro-batch
+    per_sequence_depth: tuple[int, int] | None = None
+    # per-token FLOPs outside the rounds of a training forward, where its readout differs from `outside`'s
+    training_outside: dict[str, float] | None = None
 
     @property
     def parts(self) -> dict[str, float]:
@@ -104,12 +113,17 @@ class Ledger:
 
     def training_flops(self, batch: int, calls: int = 1) -> float:
         """One update on `batch` sequences of `context` tokens in `calls` micro-batches (module docstring)."""
-        if self.training_rounds is None:
-            return TRAINING_FACTOR * self.forward_flops(batch, calls)
-        ran, backpropagated = self.training_rounds
-        per_round = sum(sum(r.values()) for r in self.rounds) / len(self.rounds)  # the looped rows' are all equal
-        per_token = (TRAINING_FACTOR * sum(self.outside.values())
-                     + (ran + (TRAINING_FACTOR - 1) * backpropagated) * per_round)
+        outside = sum((self.outside if self.training_outside is None else self.training_outside).values())
+        rounds = sum(sum(r.values()) for r in self.rounds)
+        ran_backpropagated = self.training_rounds
+        if self.per_sequence_depth is not None:
+            ran_backpropagated = per_sequence_depth(max(1, batch // calls), *self.per_sequence_depth)
+        if ran_backpropagated is None:
+            per_token = TRAINING_FACTOR * (outside + rounds)
+        else:
+            ran, backpropagated = ran_backpropagated
+            per_round = rounds / len(self.rounds)  # the rounds of a looped model are all equal
+            per_token = TRAINING_FACTOR * outside + (ran + (TRAINING_FACTOR - 1) * backpropagated) * per_round
         return per_token * batch * self.context + calls * TRAINING_FACTOR * sum(self.per_call.values())
 
     def state_bytes(self, context: int | None = None) -> int:
@@ -211,9 +225,10 @@ def render(ledger: Ledger, *, batch: int, state_contexts: tuple[int, ...] = ()) 
         lines.append(f"per {ledger.round_name}: {per_round} FLOP per token")
     for name, flops in ledger.per_call.items():
         lines.append(f"once per forward call: {name} {_si(flops)}FLOP")
-    if ledger.training_rounds is None:
-        how = "3 x forward"
-    else:
+    how = "3 x forward" if ledger.training_outside is None else "3 x forward with the training readout"
+    if ledger.per_sequence_depth is not None:
+        how = "per-sequence depths: the longest of each micro-batch runs"
+    elif ledger.training_rounds is not None:
         ran, backpropagated = ledger.training_rounds
         how = f"depth schedule: {ran:.3g} rounds forward, {backpropagated:.3g} back-propagated on average"
     lines.append(f"training FLOPs per update ({batch} x {ledger.context:,} tokens, {how}): "

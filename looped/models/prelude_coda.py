@@ -33,7 +33,8 @@ Choices where the paper leaves a detail open (each tested in tests/test_prelude_
     frozen state produces, so decisions depend on positions <= i only and incremental decoding equals the
     full forward. The distribution p_i is the coda read at iteration i over every position's iteration-i
     state (frozen ones included): with an exit threshold the decode state keeps one set of coda caches per
-    iteration.
+    iteration. In a batch the iterations run in lockstep (loop_exit.py): an exited position skips the query and
+    MLP of the last core block and of the last coda block, and the head (tests/test_exit_families.py).
 
 The paper's model: d = 5,280, 55 heads of 96, 2 / 4 / 2 layers, SwiGLU width 17,920, vocabulary 65,536,
 r_bar = 32, k = 8 (the released config.json of huginn-0125). The paper states 3.5B parameters and no exact
@@ -52,11 +53,13 @@ from torch import nn
 
 from ..nn import KVCache
 from ..nn.attention import MultiHeadAttention
+from ..nn.block import SelectedPositions
 from ..nn.mlp import make_mlp
 from ..nn.norm import RMSNorm
 from .base import CausalLM, DecodeState, LMConfig
-from .depth_schedule import sample_rounds  # the paper's log-normal Poisson, shared with the looped rows
+from .depth_schedule import lognormal_poisson_depth, sample_rounds  # the paper's log-normal Poisson
 from .ledger import Ledger, add_parts, block_flops, item_bytes, linear_flops
+from .loop_exit import KLConvergence, Selection, run_lockstep, scatter, stack_selected
 from .registry import register
 from .trace import RoundTrace
 
@@ -101,7 +104,7 @@ class PreludeCodaState(DecodeState):
     cached_fields = ("rounds_used",)  # a record, not state the next token reads
 
 
-class SandwichBlock(nn.Module):
+class SandwichBlock(SelectedPositions, nn.Module):
     """x' = N2(x + Attn(N1 x)); y = N4(x' + MLP(N3 x')): the paper's block, normalised on both sides of each
     residual branch so that iterating it keeps the state's scale bounded."""
 
@@ -113,7 +116,15 @@ class SandwichBlock(nn.Module):
         self.mlp = make_mlp("swiglu", c.dim, c.ffn_dim, bias=False)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        x = self.attn_out(x + self.attn(self.attn_in(x), cache=cache))
+        return self.feed_forward(self.attention_residual(x, self.attn(self.attention_input(x), cache=cache)))
+
+    def attention_input(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn_in(x)
+
+    def attention_residual(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        return self.attn_out(x + attended)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.mlp_out(x + self.mlp(self.mlp_in(x)))
 
 
@@ -209,26 +220,10 @@ class PreludeCodaLM(CausalLM):
 
     def run_early_exit(self, tokens: torch.Tensor, rounds: int, state: PreludeCodaState | None,
                        threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Iterations with the per-position convergence exit (module docstring); logits and iterations used."""
-        e = self.prelude_output(tokens, state.prelude if state is not None else None)
-        s = self.initial_state(e)
-        active = torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
-        used = torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
-        logits = log_probs = None
-        for i in range(rounds):
-            refined = self.core_step(e, s, state.core[i] if state is not None else None)
-            s = torch.where(active.unsqueeze(-1), refined, s)
-            used += active.long()
-            step_logits = self.readout(s, state.coda[i] if state is not None else None)
-            step_log_probs = step_logits.float().log_softmax(-1)
-            if logits is None:
-                logits, log_probs = step_logits, step_log_probs
-                continue
-            logits = torch.where(active.unsqueeze(-1), step_logits, logits)
-            kl = (step_log_probs.exp() * (step_log_probs - log_probs)).sum(-1)  # KL(p_i || p_{i-1})
-            log_probs = torch.where(active.unsqueeze(-1), step_log_probs, log_probs)
-            active = active & (kl >= threshold)
-        return logits, used
+        """Iterations with the per-position convergence exit (module docstring); logits and iterations used.
+        Exited positions compute only what later queries read from them (CodaSteps, loop_exit.py)."""
+        return run_lockstep(CodaSteps(self, tokens, state), KLConvergence(threshold), rounds, tokens.shape,
+                            tokens.device, decoding=state is not None)
 
     def forward_early_exit(self, tokens: torch.Tensor, threshold: float, *,
                            rounds: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,8 +280,42 @@ class PreludeCodaLM(CausalLM):
         core = {f"core {k}": v for k, v in blocks(c.core_layers).items()}
         per_round = {"adapter": linear_flops(2 * c.dim, c.dim), **core}
         applications = c.prelude_layers + rounds * c.core_layers + c.coda_layers
-        notes = [f"training draws the depth around r_bar = {c.rounds} and back-propagates through the last "
-                 f"{c.backprop_rounds} iterations only: the 3 x forward training figure is an upper bound",
-                 "decoding with a convergence exit keeps the coda's caches once per iteration (not counted here)"]
+        notes = ["decoding with a convergence exit keeps the coda's caches once per iteration (not counted here)"]
         return Ledger(self.arch_name, context, rounds, outside, [dict(per_round) for _ in range(rounds)],
-                      state_per_token={"kv cache": applications * 2 * c.dim * item_bytes(self)}, notes=notes)
+                      state_per_token={"kv cache": applications * 2 * c.dim * item_bytes(self)}, notes=notes,
+                      training_rounds=self.training_depth())
+
+    def training_depth(self) -> tuple[float, float]:
+        """(E[iterations run], E[iterations back-propagated]) of a training forward: r ~ the log-normal Poisson
+        (or r_bar), gradients through the last min(r, k)."""
+        c = self.config
+        if c.sample_rounds:
+            return lognormal_poisson_depth(c.rounds, c.rounds_sigma, c.backprop_rounds)
+        return float(c.rounds), float(min(c.rounds, c.backprop_rounds))
+
+
+class CodaSteps:
+    """ExitSteps (loop_exit.py) of the recurrent-depth model. An exited position's state is frozen, yet in every
+    later iteration the core and the coda still read it: its keys/values of a block past the first depend on what
+    the block before attends to in that iteration, so every core and coda block but the last still runs at every
+    position; the last block's query and MLP, and the head, run at the active positions only."""
+
+    def __init__(self, model: PreludeCodaLM, tokens: torch.Tensor, state: PreludeCodaState | None):
+        self.model, self.state = model, state
+        self.e = model.prelude_output(tokens, state.prelude if state is not None else None)  # (batch, n, dim)
+        self.s = model.initial_state(self.e)
+
+    def refine(self, i: int, select: Selection | None, active: torch.Tensor) -> None:
+        caches = self.state.core[i] if self.state is not None else None
+        if select is None:
+            self.s = self.model.core_step(self.e, self.s, caches)
+        else:  # the core input A [s; e] of every position, the exited ones' from their frozen state
+            x = self.model.adapter(torch.cat((self.s, self.e), dim=-1))
+            self.s = scatter(self.s, select, stack_selected(self.model.core, x, select, caches))
+
+    def read(self, i: int, select: Selection | None) -> tuple[torch.Tensor | None, None]:
+        caches = self.state.coda[i] if self.state is not None else None
+        if select is None:
+            return self.model.readout(self.s, caches).flatten(0, 1), None
+        out = stack_selected(self.model.coda, self.s, select, caches)  # writes the coda caches even when s = 0
+        return (self.model.logits(out) if len(select.flat) else None), None

@@ -411,6 +411,9 @@ class RLT(CausalLM):
             if self.merge is not None and (start + z) % every == 0:
                 state.feedback = x[:, -1]  # a complete chunk: its last output becomes h
             outputs.append(x)
+        # the windows are views into the last chunk's keys/values (a whole prefill for RLT-0): copy them out, so
+        # the state does not keep that chunk's storage alive
+        state.windows = [(k.clone(), v.clone()) for k, v in state.windows]
         return torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]
 
     def step_masks(self, start: int, n: int, span: int, device) -> tuple[torch.Tensor, torch.Tensor]:

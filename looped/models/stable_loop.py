@@ -349,7 +349,9 @@ class StableLoopLM(CausalLM):
         outside |= {"readout C": linear_flops(c.dim, c.dim), "head": linear_flops(c.dim, c.vocab_size)}
         per_round = {"injection B": linear_flops(c.dim, c.dim), **blocks("core", c.prelude_layers, c.core_layers)}
         applications = c.prelude_layers + rounds * c.core_layers + c.coda_layers
-        notes = [f"training draws each sequence's depth around mu_rec = {c.rounds} and back-propagates through its "
-                 f"last {c.backprop_rounds} rounds at most: the 3 x forward training figure is an upper bound"]
+        # training: per-sequence depths (the batch runs its longest), or mu_rec, gradients through the last mu_bwd
+        sampled = (c.rounds, c.backprop_rounds) if c.sample_rounds else None
+        fixed = None if c.sample_rounds else (float(c.rounds), float(min(c.rounds, c.backprop_rounds)))
         return Ledger(self.arch_name, context, rounds, outside, [dict(per_round) for _ in range(rounds)],
-                      state_per_token={"kv cache": applications * 2 * c.dim * item_bytes(self)}, notes=notes)
+                      state_per_token={"kv cache": applications * 2 * c.dim * item_bytes(self)},
+                      training_rounds=fixed, per_sequence_depth=sampled)
