@@ -86,7 +86,7 @@ def test_latent_recursion_and_block_follow_the_equations():
     """z <- f(x + y + z) n times, then y <- f(y + z); block: post-norm RMSNorm around attention and SwiGLU."""
     model = tiny("sequence", latent_steps=3)
     batch = rows("sequence")
-    x, mask = model.encode(batch)
+    x, mask = model.perceive(batch)
     y, z = torch.randn_like(x), torch.randn_like(x)
     f = model.network
     z_want = z
@@ -107,7 +107,7 @@ def test_no_gradient_recursions_keep_the_values_and_cut_the_gradient():
     for recursions, reaches in ((3, False), (1, True)):
         model = tiny(recursions=recursions)
         batch = rows()
-        x, mask = model.encode(batch)
+        x, mask = model.perceive(batch)
         y0 = torch.randn_like(x).requires_grad_()
         z0 = torch.randn_like(x).requires_grad_()
         y, z = model.deep_recursion(x, y0, z0, mask)
@@ -124,7 +124,7 @@ def test_no_gradient_recursions_keep_the_values_and_cut_the_gradient():
 def step_two_gradients(model, batch, detach: bool) -> dict:
     """Gradients of supervision step 2's answer, computed by hand from step 1's (y, z), detached or not."""
     model.zero_grad()
-    x, mask = model.encode(batch)
+    x, mask = model.perceive(batch)
     y, z = model.y_init.expand_as(x), model.z_init.expand_as(x)
     y, z = model.deep_recursion(x, y, z, mask)
     if detach:

@@ -124,7 +124,7 @@ class DepthRecurrentCore(ReasoningModel):
 
     def forward(self, batch: ReasoningBatch, steps: int, *, return_all: bool = False, return_trace: bool = False):
         steps = self.check_steps(steps)
-        h, mask = self.encode(batch)
+        h, mask = self.perceive(batch)
         real = ~batch.padding  # (n, L)
         logits, gate_means = [], []
         for t in range(steps):
@@ -141,7 +141,7 @@ class DepthRecurrentCore(ReasoningModel):
         """Every step (models/trace.py): the state, the readout (= forward at that budget) and the mean gate z
         per position."""
         steps = self.check_steps(steps)
-        h, mask = self.encode(batch)
+        h, mask = self.perceive(batch)
         return self.traced_steps(batch, h, mask, steps)
 
     def traced_steps(self, batch: ReasoningBatch, h: torch.Tensor, mask: torch.Tensor, steps: int):
@@ -149,7 +149,7 @@ class DepthRecurrentCore(ReasoningModel):
             h, z = self.step(h, t, mask)
             yield RoundTrace(t + 1, h, self.readout(h, batch), {} if z is None else {"gate": z.mean(-1)})
 
-    def encode(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def perceive(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The state before step 0 and the attention mask every step uses: (H (n, L, d), mask)."""
         self.check_batch(batch)
         return self.perception(batch), attention_mask(self.config.task_kind, batch)

@@ -285,7 +285,7 @@ class TinyRecursiveModel(ReasoningModel):
                 y, z = self.latent_recursion(x, y, z, mask)
         return self.latent_recursion(x, y, z, mask)
 
-    def encode(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def perceive(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (n, L, d), zero at padding (MLP mixer: padded to max_length), and the attention mask (or None)."""
         self.check_batch(batch)
         x = self.perception(batch) * (~batch.padding).unsqueeze(-1).to(self.y_init.dtype)
@@ -296,7 +296,7 @@ class TinyRecursiveModel(ReasoningModel):
     def supervise(self, batch: ReasoningBatch, budget: int, halting: bool):
         """Run up to `budget` supervision steps, yielding a SupervisionStep after each; with `halting`, a row stops
         after its first step with sigmoid(q) > halt_threshold; the loop ends once every row has stopped."""
-        x, mask = self.encode(batch)
+        x, mask = self.perceive(batch)
         y, z = self.y_init.expand_as(x), self.z_init.expand_as(x)
         pairwise = self.config.task_kind == "graph"
         running = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)

@@ -8,7 +8,7 @@ Each task is a binary classifier over one instance per row (`ReasoningBatch`), w
   sample(rng, n, difficulty)          n rows of exactly that difficulty
   sample_mixed(rng, n, difficulties)  an equal share per difficulty, rows shuffled
   test_set(seed, per_bucket, ...)     per-difficulty test rows, minus any row seen in `exclude`
-  encode(text) / to_text(batch, i)    a user's own instance in a small text syntax, and back
+  from_text(text) / to_text(batch, i) a user's own instance in a small text syntax, and back
   render(batch, i)                    a human-readable example with its label
   label_of(batch, i)                  the label from an independent reference solver (for tests)
   row_key(batch, i)                   bytes identifying a row's input, for de-duplication
@@ -84,7 +84,7 @@ class ReasoningTask:
     """Batching, mixing, test sets and de-duplication shared by the three tasks.
 
     A subclass supplies `_row(rng, difficulty, label)` (label None: the task picks its natural
-    label), `_check_difficulty`, `label_of`, `to_text`, `encode` and `render`.
+    label), `_check_difficulty`, `label_of`, `to_text`, `from_text` and `render`.
     """
 
     name: str
