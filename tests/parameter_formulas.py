@@ -6,10 +6,13 @@ its bias, a norm's gain and offset), so a layer built with the wrong width, a mi
 component that loses a sub-layer shows up as a mismatch in that component.
 
 `expected_counts(arch, config)` returns {component: count} for the names `parameter_counts()` uses. A new
-architecture adds its formula to FORMULAS; the shared driver fails with that instruction until it does.
+built-in architecture adds its formula to FORMULAS. A plugin has none here: `inherited_counts` then holds the
+components it inherits to their formulas, and its own are its author's to count.
 """
 
 from __future__ import annotations
+
+from looped.models.loop import LoopedLM
 
 
 # --- pieces -------------------------------------------------------------------------------------------------
@@ -195,7 +198,16 @@ FORMULAS = {"transformer": transformer, "shared_loop": shared_loop, "adaptive_ex
 
 def expected_counts(arch: str, config) -> dict[str, int]:
     """{component: parameters} by formula, plus 'total'."""
-    if arch not in FORMULAS:
-        raise KeyError(f"no parameter formula for architecture {arch!r}: add one to tests/parameter_formulas.py")
     counts = FORMULAS[arch](config)
     return counts | {"total": sum(counts.values())}
+
+
+def inherited_counts(model) -> dict[str, int]:
+    """An architecture without a formula (a plugin): the components it inherits. A seed-000 loop row (LoopedLM)
+    inherits the tables, the shared block, the final norm and the head; any other model at least its token
+    table and head, where it names them as the built-in rows do."""
+    c = model.config
+    if isinstance(model, LoopedLM):
+        return looped_row(c)
+    own = model.parameter_counts()
+    return {name: c.vocab_size * c.dim for name in ("embed", "embedding", "head") if name in own}
