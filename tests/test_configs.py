@@ -98,3 +98,15 @@ def test_example_configs_evaluate_about_20_times_and_select_the_best(path):
     updates = train.max_steps or train.max_targets // (train.batch_size * (config.data.block_size - 1))
     assert train.eval_every > 0 and 15 <= updates // train.eval_every <= 25
     assert train.select == "best"
+
+
+def test_a_recipe_written_before_the_input_kind_rename_still_loads(tmp_path):
+    """Reasoning configs (and the run folders' saved configs) once named the input layout `task_kind`, its token
+    value 'sequence'; they must load as the same model, saying what changed, rather than stop at 'unknown key'."""
+    shipped = REPO_CONFIGS / "quickstart/logic.yaml"
+    old = tmp_path / "logic.yaml"
+    old.write_text(shipped.read_text().replace("input_kind: tokens", "task_kind: sequence"))
+    with pytest.warns(FutureWarning, match=r"model\.task_kind is now model\.input_kind"):
+        assert load_run_config(old) == load_run_config(shipped)
+    with pytest.raises(ConfigError, match=r"^model\.task_kind: the old name of input_kind"):
+        load_run_config(old, overrides=["model.input_kind=tokens"])

@@ -134,7 +134,7 @@ def test_state_bytes_match_the_decode_state(arch, overrides):
 
 # --- reasoning rows (seed 002): a forward reads whole problems; no decoding state ----------------------------
 def reasoning_cases() -> list[tuple[str, str]]:
-    return [(arch, kind) for arch in arch_names("reasoning") for kind in get_arch(arch).config_cls.task_kinds]
+    return [(arch, kind) for arch in arch_names("reasoning") for kind in get_arch(arch).config_cls.input_kinds]
 
 
 def reasoning_model(arch: str, kind: str):

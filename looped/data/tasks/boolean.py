@@ -123,7 +123,7 @@ class NestedBoolean(ReasoningTask):
     train_difficulties = list(range(1, 9))
     test_difficulties = list(range(2, 15, 2))
     test_per_bucket = 500
-    input_kind = "sequence"
+    input_kind = "tokens"
     paper_width = {"dim": 256, "heads": 8, "ffn_dim": 1024}
     paper_train_size = 64_000
     eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20, 24)

@@ -97,7 +97,7 @@ class FamilyRelations(ReasoningTask):
     test_difficulties = list(range(2, 10))
     test_per_bucket = 2000
     max_difficulty = 12
-    input_kind = "sequence"
+    input_kind = "tokens"
     paper_width = {"dim": 256, "heads": 8, "ffn_dim": 1024}
     paper_train_size = 60_000
     eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20)

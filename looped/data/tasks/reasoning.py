@@ -98,7 +98,7 @@ class ReasoningTask:
 
     # Seed 002's facts about the task, read through the task registry (`task_class`) by the models, the
     # trainer, the CLI and the study: a new task declares them here and needs no entry anywhere else.
-    input_kind: str  # the models' perception: "graph" (node slots, adjacency, query) or "sequence" (a token string)
+    input_kind: str  # the models' perception: "graph" (node slots, adjacency, query) or "tokens" (a token string)
     paper_width: dict[str, int]  # the paper's model width for the task: dim, heads, ffn_dim
     paper_train_size: int  # training rows (task.train_size's default)
     eval_steps: tuple[int, ...]  # the test step budgets (task.eval_steps's default)
@@ -109,7 +109,7 @@ class ReasoningTask:
     @classmethod
     def task_shape(cls) -> dict:
         """What every model of this task shares (seed 002's table), as model config fields."""
-        return {"task_kind": cls.input_kind, "vocab_size": len(cls.vocab), "max_length": cls.max_length,
+        return {"input_kind": cls.input_kind, "vocab_size": len(cls.vocab), "max_length": cls.max_length,
                 **cls.paper_width}
 
     # ---------------------------------------------------------------- to implement per task
