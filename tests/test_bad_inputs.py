@@ -24,9 +24,6 @@ FEW_UPDATES = {"max_steps": 2, "eval_every": 0, "log_every": 1, "threads": 1}
 
 
 def _train(config: dict, out):
-    import looped.train.reasoning  # noqa: F401  (registers task kind "reasoning")
-    import looped.train.sequence  # noqa: F401  (registers task kind "sequence")
-
     Trainer(from_dict(RunConfig, config), out, progress=False, log=lambda message: None).run()
     return out
 

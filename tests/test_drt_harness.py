@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import looped.train.reasoning as rtask  # registers task kind "reasoning"
+import looped.train.reasoning as rtask
 from looped.cli import data as data_cli
 from looped.cli import reasoning as reasoning_cli
 from looped.bench import think as think_bench

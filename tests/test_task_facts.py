@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-import looped.train.reasoning as rtask  # registers task kind "reasoning"
+import looped.train.reasoning as rtask
 from looped.cli import main
 from looped.cli import reasoning as reasoning_cli
 from looped.config import from_dict

@@ -21,7 +21,6 @@ from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot
 from ..io import atomic_save_figure, atomic_write_text
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
-from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from ..train.config import one_budget
 from . import report, rlt
 from .report import cell
