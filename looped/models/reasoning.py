@@ -74,7 +74,7 @@ class ReasoningConfig:
         data = {("input_kind" if key == "task_kind" else key): value for key, value in data.items()}
         data["input_kind"] = "tokens" if data["input_kind"] == "sequence" else data["input_kind"]
         warnings.warn(f"{where}.task_kind is now {where}.input_kind (value 'sequence' is now 'tokens'); "
-                      "the old spelling still loads", FutureWarning, stacklevel=3)
+                      "the old spelling still loads", FutureWarning, stacklevel=2)
         return data
 
     @classmethod
