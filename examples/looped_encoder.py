@@ -64,7 +64,7 @@ class LoopedEncoder(ReasoningModel):
             raise ValueError(f"steps must be >= 1, got {steps}")
         self.check_batch(batch)  # one-line errors for inputs the model cannot read
         h = self.perception(batch)  # (n, L, d)
-        mask = attention_mask(self.config.task_kind, batch)  # adjacency (graph) or padding (sequence)
+        mask = attention_mask(self.config.input_kind, batch)  # adjacency (graph) or padding (tokens)
         logits = []
         for t in range(steps):
             h = self.block(h, mask)

@@ -27,7 +27,7 @@ from looped.infer.generate import decode_byte_text, encode_byte_text
 from looped.models import arch_names, build_model, get_arch
 from looped.models.loop import LoopConfig
 from looped.train.schedule import learning_rate
-from looped.train.tasks import LMTask
+from looped.train.tasks import LMTrainTask
 from looped.train.trainer import param_groups
 
 
@@ -93,7 +93,7 @@ def train(model, blocks: torch.Tensor, args: argparse.Namespace) -> None:
             group["lr"] = learning_rate(step, lr=args.lr, total_steps=args.steps, warmup_steps=warmup,
                                         schedule="cosine", min_lr=args.lr / 10)
         batch = blocks[torch.randint(len(blocks), (args.batch_size,))].long()
-        loss = LMTask.loss(model, batch)  # mean cross-entropy of every next byte, in nats
+        loss = LMTrainTask.loss(model, batch)  # mean cross-entropy of every next byte, in nats
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # a looped block sees R gradients per step

@@ -116,6 +116,9 @@ def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
         return data
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    upgrade = getattr(cls, "read_old_spelling", None)  # a renamed key or value that saved configs still hold
+    if upgrade is not None:
+        data = upgrade(data, where)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
@@ -206,7 +209,7 @@ COMMON_MEANINGS = {
     "arch": "the registered architecture; the other model keys depend on it (`looped config show ARCH`)",
     "kind": "what is trained: lm (next byte of text from the data section), sequence (algorithmic tasks) or "
             "reasoning (seed 002's tasks)",
-    "task_kind": "the input layout the model reads: graph (node slots) or sequence (tokens)",
+    "input_kind": "the input layout the model reads: graph (node slots) or tokens (a token string)",
     "vocab_size": "input / output symbols (257 for text: the 256 bytes and a separator)",
     "context_length": "the longest input the model accepts, in symbols",
     "dim": "width of the residual stream (the model dimension)",

@@ -71,7 +71,7 @@ def train_tiny(out: Path, corpus: Path, model: dict) -> Path:
     return out
 
 
-CORE = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2, "ffn_dim": 32,
+CORE = {"arch": "drt", "input_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2, "ffn_dim": 32,
         "depth_rows": 10, "steps_range": [2, 3], "layer_scale": None, "dropout": 0.0}
 
 

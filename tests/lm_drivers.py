@@ -1,7 +1,8 @@
 """Shared drivers for every registered architecture of family "lm".
 
 A per-family test file only chooses architectures; registering an architecture is enough for the
-test_lm_registry.py sweep to pick it up.
+test_lm_registry.py sweep to pick it up; a built-in one also adds its parameter formula to
+parameter_formulas.py (a plugin is held to the formulas of what it inherits).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 
 import torch
 
+import parameter_formulas
 from looped.config import from_dict, to_dict
 from looped.models import build_model, get_arch
 
@@ -91,11 +93,20 @@ def check_config_roundtrip(arch: str):
 
 
 def check_parameter_counts(arch: str):
-    model = build_model(get_arch(arch).tiny_config())
-    counts = model.parameter_counts()
-    total = counts.pop("total")
-    assert total == sum(p.numel() for p in model.parameters())
-    assert sum(counts.values()) == total, f"components {counts} do not sum to {total}"
+    """Each component's count equals its formula from the equations (parameter_formulas.py), at the tiny config
+    and at the settings that add or drop parameters; the total is what the optimiser sees."""
+    spec = get_arch(arch)
+    for overrides in [{}, *parameter_formulas.VARIANTS.get(arch, [])]:
+        config = spec.tiny_config(**overrides)
+        model = build_model(config)
+        counts = model.parameter_counts()
+        if arch in parameter_formulas.FORMULAS:
+            assert counts == parameter_formulas.expected_counts(arch, config), f"{arch} {overrides}"
+        else:  # a plugin: what it inherits
+            assert not type(model).__module__.startswith("looped."), f"{arch}: add its formula to parameter_formulas"
+            inherited = parameter_formulas.inherited_counts(model)
+            assert {name: counts.get(name) for name in inherited} == inherited, arch
+        assert counts["total"] == sum(p.numel() for p in model.parameters())
 
 
 def check_bad_input(arch: str):

@@ -14,13 +14,13 @@ from looped.models.reasoning import ReasoningTrace
 DEPTH_MODES = ("per_step", "halting", "fixed")
 
 
-# one data task per perception interface: graph rows (adjacency, query) and sequence rows ([CLS] + symbols)
-TASK_OF_KIND = {"graph": ("graph", 3), "sequence": ("boolean", 2)}  # (data task, difficulty)
+# one data task per perception interface: graph rows (adjacency, query) and token rows ([CLS] + symbols)
+TASK_OF_KIND = {"graph": ("graph", 3), "tokens": ("boolean", 2)}  # (data task, difficulty)
 
 
 def cases(archs) -> list[tuple[str, str]]:
     """(arch, task kind) for every kind each architecture declares it reads."""
-    return [(arch, kind) for arch in archs for kind in get_arch(arch).config_cls.task_kinds]
+    return [(arch, kind) for arch in archs for kind in get_arch(arch).config_cls.input_kinds]
 
 
 def tiny_model(arch: str, kind: str = "graph"):

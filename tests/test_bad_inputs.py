@@ -18,15 +18,12 @@ from helpers import tiny_run_config, write_config, write_text_corpus
 
 TINY_RLT = {"arch": "rlt", "dim": 16, "heads": 2, "ffn_dim": 16, "encoder_layers": 1, "decoder_layers": 1,
             "window": 4, "context_length": 128}
-TINY_DRT = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2,
+TINY_DRT = {"arch": "drt", "input_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2,
             "ffn_dim": 32, "depth_rows": 8, "steps_range": [2, 4], "layer_scale": None, "dropout": 0.0}
 FEW_UPDATES = {"max_steps": 2, "eval_every": 0, "log_every": 1, "threads": 1}
 
 
 def _train(config: dict, out):
-    import looped.train.reasoning  # noqa: F401  (registers task kind "reasoning")
-    import looped.train.sequence  # noqa: F401  (registers task kind "sequence")
-
     Trainer(from_dict(RunConfig, config), out, progress=False, log=lambda message: None).run()
     return out
 

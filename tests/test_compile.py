@@ -61,7 +61,7 @@ def training_loss(model, inputs, depth: int | None = None) -> torch.Tensor:
 def make_inputs(name: str, model):
     if get_arch(name).family == "lm":
         return torch.randint(0, model.config.vocab_size, (2, LENGTH + 1))
-    return reasoning_batch(graph=model.config.task_kind == "graph", vocab=model.config.vocab_size)
+    return reasoning_batch(graph=model.config.input_kind == "graph", vocab=model.config.vocab_size)
 
 
 def loss_and_grads(model, inputs, depth=None):

@@ -1,11 +1,13 @@
 """Every shipped YAML loads into a valid, typed RunConfig; the quickstart YAML is what quickstart runs."""
 
+import re
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+import parameter_formulas
 from looped.train.config import QUICKSTART
 from looped.config import ConfigError, from_dict, parse_overrides, to_dict
 from looped.models import build_model
@@ -22,14 +24,29 @@ def test_the_config_glob_sees_every_shipped_family():
     assert all(len(list((REPO_CONFIGS / name).rglob("*.yaml"))) >= 3 for name in ("clw", "drt", "rlt", "examples"))
 
 
+def stated_parameters(path: Path) -> int | None:
+    """The count a recipe's header comment states ('# ... row workspace: 918,383 parameters ...'), if any."""
+    header = "".join(line for line in path.read_text().splitlines(keepends=True)[:3] if line.startswith("#"))
+    found = re.search(r"([\d,]+) parameters", header)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_shipped_config_loads(path):
+    """It loads, survives a YAML round trip, and builds the model its header promises: the stated parameter count
+    (a recipe matched at equal parameters goes stale when a row's code changes) and, for the LM rows, each
+    component's count by formula (parameter_formulas.py)."""
     config = load_run_config(path)
     assert isinstance(config, RunConfig)
     again = from_dict(RunConfig, yaml.safe_load(yaml.safe_dump(to_dict(config))))
     assert again == config
     with torch.device("meta"):  # the larger-budget recipes hold 100M parameters
-        assert build_model(config.model).parameter_counts()["total"] > 0
+        counts = build_model(config.model).parameter_counts()
+    stated = stated_parameters(path)
+    if stated is not None:
+        assert counts["total"] == stated, f"the header says {stated:,} parameters, the model has {counts['total']:,}"
+    if config.model.arch in parameter_formulas.FORMULAS:
+        assert counts == parameter_formulas.expected_counts(config.model.arch, config.model)
 
 
 def test_quickstart_yaml_matches_the_command():
@@ -81,3 +98,15 @@ def test_example_configs_evaluate_about_20_times_and_select_the_best(path):
     updates = train.max_steps or train.max_targets // (train.batch_size * (config.data.block_size - 1))
     assert train.eval_every > 0 and 15 <= updates // train.eval_every <= 25
     assert train.select == "best"
+
+
+def test_a_recipe_written_before_the_input_kind_rename_still_loads(tmp_path):
+    """Reasoning configs (and the run folders' saved configs) once named the input layout `task_kind`, its token
+    value 'sequence'; they must load as the same model, saying what changed, rather than stop at 'unknown key'."""
+    shipped = REPO_CONFIGS / "quickstart/logic.yaml"
+    old = tmp_path / "logic.yaml"
+    old.write_text(shipped.read_text().replace("input_kind: tokens", "task_kind: sequence"))
+    with pytest.warns(FutureWarning, match=r"model\.task_kind is now model\.input_kind"):
+        assert load_run_config(old) == load_run_config(shipped)
+    with pytest.raises(ConfigError, match=r"^model\.task_kind: the old name of input_kind"):
+        load_run_config(old, overrides=["model.input_kind=tokens"])

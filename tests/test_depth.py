@@ -159,7 +159,7 @@ def test_a_core_refuses_text_options_in_one_line(core_run, tmp_path, capsys, arg
 
 
 def test_a_fixed_depth_reasoning_run_has_no_depth_knob(tmp_path, capsys):
-    model = {"arch": "gnn", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "ffn_dim": 32,
+    model = {"arch": "gnn", "input_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "ffn_dim": 32,
              "layers": 2}
     Trainer(from_dict(RunConfig, core_config(model)), tmp_path / "gnn", progress=False, log=lambda m: None).run()
     code, _, err = run_cli(["depth", str(tmp_path / "gnn"), "--out", str(tmp_path / "d.json")], capsys)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import looped.train.reasoning as rtask  # registers task kind "reasoning"
+import looped.train.reasoning as rtask
 from looped.cli import data as data_cli
 from looped.cli import reasoning as reasoning_cli
 from looped.bench import think as think_bench
@@ -29,7 +29,7 @@ from looped.train import RunConfig, Trainer, load_run_config
 
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_GRAPH_MODEL = {"arch": "drt", "task_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2,
+TINY_GRAPH_MODEL = {"arch": "drt", "input_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2,
                     "ffn_dim": 32, "depth_rows": 8, "steps_range": [2, 4], "layer_scale": None, "dropout": 0.0}
 
 
@@ -169,7 +169,7 @@ def test_shipped_recipes_load_and_train_through_the_cli(tmp_path, capsys):
 def test_config_errors_are_clear():
     with pytest.raises(ValueError, match="hard_negatives applies to the graph task only"):
         from_dict(RunConfig, tiny_config(task={"name": "boolean", "hard_negatives": True}))
-    with pytest.raises(ValueError, match="task_kind"):
+    with pytest.raises(ValueError, match="input_kind"):
         trainer(tiny_config(task={"name": "family"}), Path("/nonexistent/x")).run()
 
 
@@ -341,7 +341,7 @@ def test_think_prints_answer_and_confidence_per_budget(trained_run, capsys):
 
 def test_think_reads_a_boolean_expression(tmp_path, capsys):
     run = tmp_path / "boolean"
-    trainer(tiny_config(model={"task_kind": "sequence", "vocab_size": 9, "max_length": 128, "steps_range": [1, 2]},
+    trainer(tiny_config(model={"input_kind": "tokens", "vocab_size": 9, "max_length": 128, "steps_range": [1, 2]},
                         task={"name": "boolean", "train_difficulties": [1, 2], "test_difficulties": [1, 2],
                               "eval_steps": [1, 2]},
                         train={"max_steps": 2, "eval_every": 0}), run).run()

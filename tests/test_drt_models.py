@@ -14,10 +14,10 @@ from looped.models.reasoning import attention_mask, reasoning_loss
 GRAPH_LENGTH = 20  # node slots of the graph task
 
 
-def tiny(arch: str, task_kind: str = "sequence", **overrides):
+def tiny(arch: str, input_kind: str = "tokens", **overrides):
     """A small model in float64 eval mode (no dropout); graph: the paper's graph settings at tiny width."""
     spec = get_arch(arch)
-    if task_kind == "graph":
+    if input_kind == "graph":
         config = spec.config_cls.for_task("graph", **{**spec.test_overrides, **overrides})
     else:
         config = spec.tiny_config(**overrides)
@@ -114,8 +114,8 @@ def test_beyond_table_error_is_one_line():
 
 
 def test_beyond_table_clamp_reuses_the_last_row():
-    clamped = tiny("drt", "sequence", beyond_table="clamp")  # depth_rows 6
-    longer = tiny("drt", "sequence", depth_rows=8)
+    clamped = tiny("drt", "tokens", beyond_table="clamp")  # depth_rows 6
+    longer = tiny("drt", "tokens", depth_rows=8)
     state = clamped.state_dict()
     table = state.pop("depth_embedding.weight")
     longer.load_state_dict({**state, "depth_embedding.weight": torch.cat((table, table[-1:], table[-1:]))})
@@ -143,7 +143,7 @@ def test_information_moves_exactly_one_hop_per_step(arch):
 
 
 def test_padding_never_reaches_real_positions():
-    model = tiny("drt", "sequence")
+    model = tiny("drt", "tokens")
     batch = sequence_batch([10, 24, 7])
     reference = model(batch, steps=3, return_all=True)
     noisy = batch.tokens.clone()
@@ -157,11 +157,11 @@ def test_padding_never_reaches_real_positions():
 
 
 def test_tied_ablation_is_the_plain_block_update():
-    model = tiny("drt_tied", "sequence")
+    model = tiny("drt_tied", "tokens")
     assert model.gate is None and not any("scale" in name for name, _ in model.named_parameters())
     batch = sequence_batch([12, 24])
     h = model.perception(batch)
-    mask = attention_mask("sequence", batch)
+    mask = attention_mask("tokens", batch)
     for t in range(5):
         h = model.block(h + model.depth_embedding.weight[t], mask)  # H <- block(H + E[t])
     logits, trace = model(batch, steps=5, return_trace=True)
@@ -170,10 +170,10 @@ def test_tied_ablation_is_the_plain_block_update():
 
 
 def test_gated_step_follows_the_equations():
-    model = tiny("drt", "sequence")
+    model = tiny("drt", "tokens")
     batch = sequence_batch([9, 24])
     h = model.perception(batch)
-    mask = attention_mask("sequence", batch)
+    mask = attention_mask("tokens", batch)
     new, z = model.step(h, 2, mask)
     h_block = model.block(h + model.depth_embedding.weight[2], mask)
     gate = torch.sigmoid(torch.cat((h_block, h), dim=-1) @ model.gate.weight.T + model.gate.bias)
@@ -196,8 +196,8 @@ def test_config_errors_name_the_field():
         drt.config(steps_range=[5, 30])
     with pytest.raises(ConfigError, match="model.beyond_table"):
         drt.config(beyond_table="wrap")
-    with pytest.raises(ConfigError, match="model.task_kind"):
-        get_arch("gnn").config(task_kind="sequence")
+    with pytest.raises(ConfigError, match="model.input_kind"):
+        get_arch("gnn").config(input_kind="tokens")
     with pytest.raises(ValueError, match="adjacency"):
         tiny("drt", "graph")(ReasoningBatch(torch.ones(1, 20, dtype=torch.int64), torch.ones(1),
                                             torch.zeros(1, 20, dtype=torch.bool), torch.ones(1)), steps=1)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from looped.eval import evaluate_lm
-from looped.infer import decode_text, encode_text, generate, sample_next
+from looped.infer import decode_byte_text, encode_byte_text, generate, sample_next
 from looped.models import build_model, get_arch
 
 
@@ -60,7 +60,7 @@ def test_greedy_generation_equals_full_forward_argmax(model):
 
 
 def test_seeded_sampling_is_reproducible_and_respects_top_k(model):
-    prompt = encode_text("abc")
+    prompt = encode_byte_text("abc")
     a = generate(model, prompt, 20, temperature=1.0, top_k=3, seed=7)
     b = generate(model, prompt, 20, temperature=1.0, top_k=3, seed=7)
     assert torch.equal(a, b) and a.shape == (1, 23)
@@ -90,7 +90,7 @@ def test_generation_slides_the_window_past_the_context(model):
 
 def test_generation_errors(model):
     with pytest.raises(ValueError, match="sequence too long"):
-        generate(model, encode_text("x" * 30), 20, slide=False)
+        generate(model, encode_byte_text("x" * 30), 20, slide=False)
     with pytest.raises(ValueError, match="at least one token"):
         generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
     with pytest.raises(ValueError, match="out of range"):
@@ -98,8 +98,8 @@ def test_generation_errors(model):
 
 
 def test_text_round_trip():
-    assert decode_text(encode_text("héllo")[0].tolist()) == "héllo"
-    assert decode_text([104, 256, 105]) == "h\ni"
+    assert decode_byte_text(encode_byte_text("héllo")[0].tolist()) == "héllo"
+    assert decode_byte_text([104, 256, 105]) == "h\ni"
 
 
 def test_eval_with_early_exit_reports_rounds_and_is_batch_independent():

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from looped.models import build_model, get_arch
 from looped.models.exit_gate import ExitSteps, exit_distribution
 from looped.train import load_run_config
-from looped.train.tasks import LMTask
+from looped.train.tasks import LMTrainTask
 
 from lm_drivers import tiny_model
 
@@ -55,7 +55,7 @@ def hand_objective(model, tokens: torch.Tensor, beta: float) -> torch.Tensor:
 def test_the_trainers_loss_is_the_expected_loss_minus_the_entropy_bonus():
     model = tiny(entropy_weight=0.3)
     tokens = torch.randint(0, model.config.vocab_size, (2, 12))
-    loss = LMTask.loss(model, tokens)
+    loss = LMTrainTask.loss(model, tokens)
     torch.testing.assert_close(loss, hand_objective(model, tokens, 0.3).float())
     last_step_only = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
     assert abs(loss.item() - last_step_only.item()) > 1e-3  # not the plain loss of forward's logits
@@ -65,7 +65,7 @@ def test_a_sequence_task_averages_the_objective_over_its_scored_targets_only():
     """Task kind "sequence" (seed 003's masked targets): the same objective, per-example mean over scored positions;
     unscored targets may be placeholder ids outside the vocabulary."""
     from looped.data.tasks import SequenceBatch
-    from looped.train.sequence import SequenceTask
+    from looped.train.sequence import SequenceTrainTask
     model = tiny()
     vocab = model.config.vocab_size
     tokens = torch.randint(0, vocab, (2, 8))
@@ -74,7 +74,7 @@ def test_a_sequence_task_averages_the_objective_over_its_scored_targets_only():
     mask[0, 5:], mask[1, 2:4] = True, True
     batch = SequenceBatch(tokens=tokens, targets=torch.where(mask, targets, -100), loss_mask=mask,
                           lengths=torch.tensor([8, 8]), difficulty=torch.tensor([1, 1]))
-    loss = SequenceTask.loss(model, batch)
+    loss = SequenceTrainTask.loss(model, batch)
     terms = model.position_objective(model(tokens, with_exits=True), targets)
     expected = (terms[0, 5:].mean() + terms[1, 2:4].mean()) / 2
     torch.testing.assert_close(loss, expected)
@@ -87,14 +87,14 @@ def test_a_gate_that_always_exits_trains_the_first_step_only():
     set_gate(model, 50.0)  # lambda = 1: p = (1, 0, 0, 0), entropy 0
     tokens = torch.randint(0, model.config.vocab_size, (2, 12))
     first = F.cross_entropy(model(tokens[:, :-1], rounds=1).flatten(0, 1), tokens[:, 1:].flatten())
-    torch.testing.assert_close(LMTask.loss(model, tokens), first.float())
+    torch.testing.assert_close(LMTrainTask.loss(model, tokens), first.float())
 
 
 def test_the_objective_trains_the_gate():
     """Through the trainer's loss the gate gets a gradient; the cross-entropy of forward's logits gives it none."""
     model = tiny()
     tokens = torch.randint(0, model.config.vocab_size, (2, 12))
-    LMTask.loss(model, tokens).backward()
+    LMTrainTask.loss(model, tokens).backward()
     assert model.gate.weight.grad.abs().sum() > 0 and model.gate.bias.grad.abs() > 0
 
 

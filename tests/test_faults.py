@@ -165,8 +165,6 @@ def test_an_unwritable_output_is_named_not_its_temporary_file(lm_run, capsys):
 # --- seed 003: prompts in the task's alphabet, a readable `data show` ----------------------------------------
 @pytest.fixture(scope="module")
 def parity_run(tmp_path_factory):
-    import looped.train.sequence  # noqa: F401  (registers task kind "sequence")
-
     model = {"arch": "rlt", "dim": 16, "heads": 2, "ffn_dim": 16, "encoder_layers": 1, "decoder_layers": 1,
              "window": 4, "context_length": 64}
     config = {"model": model, "task": {"kind": "sequence", "name": "parity", "train_lengths": [3, 8],

@@ -211,7 +211,7 @@ def test_stable_loop_training_pays_each_batchs_longest_sequence():
 
 # --- reasoning rows (seed 002): a forward reads whole problems; no decoding state ----------------------------
 def reasoning_cases() -> list[tuple[str, str]]:
-    return [(arch, kind) for arch in arch_names("reasoning") for kind in get_arch(arch).config_cls.task_kinds]
+    return [(arch, kind) for arch in arch_names("reasoning") for kind in get_arch(arch).config_cls.input_kinds]
 
 
 def reasoning_model(arch: str, kind: str):

@@ -18,7 +18,7 @@ from looped.models import build_model, get_arch
 from looped.models.ledger import model_ledger
 from looped.models.mor import effective_depth
 from looped.train import Trainer, load_run_config
-from looped.train.tasks import LMTask
+from looped.train.tasks import LMTrainTask
 
 import lm_drivers
 
@@ -208,14 +208,14 @@ def test_the_trainers_loss_is_cross_entropy_plus_the_balancing_and_z_losses():
     z = torch.logsumexp(logits, -1).square().mean()
     cross_entropy = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
     expected = cross_entropy + 0.3 * (f * p).sum() + 0.05 * z
-    torch.testing.assert_close(LMTask.loss(model, x), expected.float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(LMTrainTask.loss(model, x), expected.float(), rtol=1e-6, atol=1e-6)
 
 
 def test_a_sequence_task_adds_the_router_losses_once_to_its_masked_average():
     """Task kind "sequence": the per-example mean over scored targets of the cross-entropy, plus the router losses
     of the whole micro-batch once; unscored targets may be placeholder ids outside the vocabulary."""
     from looped.data.tasks import SequenceBatch
-    from looped.train.sequence import SequenceTask
+    from looped.train.sequence import SequenceTrainTask
     model = tiny()
     x, targets = tokens(model, length=8, batch=2), tokens(model, length=8, batch=2, seed=1)
     mask = torch.zeros(2, 8, dtype=torch.bool)
@@ -225,7 +225,7 @@ def test_a_sequence_task_adds_the_router_losses_once_to_its_masked_average():
     out = model(x, with_exits=True)
     ce = F.cross_entropy(out.logits.transpose(1, 2), targets, reduction="none")
     expected = (ce[0, 5:].mean() + ce[1, 2:4].mean()) / 2 + model.router_loss(out.router_logits, out.choice)
-    torch.testing.assert_close(SequenceTask.loss(model, batch), expected.float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(SequenceTrainTask.loss(model, batch), expected.float(), rtol=1e-6, atol=1e-6)
 
 
 def test_balanced_routing_minimises_the_balancing_term_at_one():
@@ -240,7 +240,7 @@ def test_balanced_routing_minimises_the_balancing_term_at_one():
 def test_the_router_learns_through_the_exit_gate_alone():
     """argmax passes no gradient: with both auxiliary losses off, g^i on the exit still trains the router."""
     model = tiny(balance_weight=0.0, z_weight=0.0)
-    LMTask.loss(model, tokens(model, length=13)).backward()
+    LMTrainTask.loss(model, tokens(model, length=13)).backward()
     assert model.router.weight.grad.abs().sum() > 0
 
 

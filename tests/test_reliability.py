@@ -171,16 +171,16 @@ def test_a_second_signal_aborts_at_once():
 def test_a_kill_during_the_final_evaluation_keeps_the_run(corpus, tmp_path, monkeypatch):
     from looped.train import tasks as lm_task
 
-    real_evaluate = lm_task.LMTask.evaluate
+    real_evaluate = lm_task.LMTrainTask.evaluate
 
     def killed(self, model, **kwargs):
         raise KeyboardInterrupt  # as a kill -9 would: nothing after this runs
 
-    monkeypatch.setattr(lm_task.LMTask, "evaluate", killed)
+    monkeypatch.setattr(lm_task.LMTrainTask, "evaluate", killed)
     with pytest.raises(KeyboardInterrupt):
         trainer(small(corpus, max_steps=3), tmp_path / "run").run()
     assert step_of(tmp_path / "run" / "checkpoints" / "last") == 3
-    monkeypatch.setattr(lm_task.LMTask, "evaluate", real_evaluate)
+    monkeypatch.setattr(lm_task.LMTrainTask, "evaluate", real_evaluate)
     summary = trainer(small(corpus, max_steps=3), tmp_path / "run", resume=True).run()
     assert summary["eval"] is not None and summary["step"] == 3  # the evaluation ran, no update was redone
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -265,14 +265,14 @@ def test_a_non_finite_gradient_stops_before_the_step(corpus, tmp_path, monkeypat
         def backward(ctx, grad):
             return grad * float("inf")
 
-    real_loss, calls = lm_task.LMTask.loss, {"n": 0}
+    real_loss, calls = lm_task.LMTrainTask.loss, {"n": 0}
 
     def poisoned(model, batch):
         calls["n"] += 1
         loss = real_loss(model, batch)
         return InfiniteGradient.apply(loss) if calls["n"] == 3 else loss  # the loss itself stays finite
 
-    monkeypatch.setattr(lm_task.LMTask, "loss", staticmethod(poisoned))
+    monkeypatch.setattr(lm_task.LMTrainTask, "loss", staticmethod(poisoned))
     with pytest.raises(TrainingError, match="gradient norm became (nan|inf) at update 3"):
         trainer(small(corpus, max_steps=5, checkpoint_every=1), tmp_path / "run").run()
     last = tmp_path / "run" / "checkpoints" / "last"
@@ -283,7 +283,7 @@ def test_a_non_finite_gradient_stops_before_the_step(corpus, tmp_path, monkeypat
 def test_a_non_finite_validation_loss_never_reaches_a_checkpoint(corpus, tmp_path, monkeypatch):
     from looped.train import tasks as lm_task
 
-    monkeypatch.setattr(lm_task.LMTask, "evaluate", lambda self, model, **kw: {"loss": float("nan")})
+    monkeypatch.setattr(lm_task.LMTrainTask, "evaluate", lambda self, model, **kw: {"loss": float("nan")})
     with pytest.raises(TrainingError, match="validation loss became nan at update 2"):
         trainer(small(corpus, max_steps=4, eval_every=2), tmp_path / "run").run()
     assert not (tmp_path / "run" / "checkpoints" / "last").exists()

@@ -19,8 +19,8 @@ from looped.train import Trainer, load_model, load_run_config
 from looped.train import checkpoint as ckpt
 from looped.train.objectives import (leave_one_out_baseline, masked_sequence_loss, policy_gradient_loss,
                                      pretraining_loss, replay_logprobs, sample_rollout)
-from looped.train.sequence import SequenceTask, curriculum_cap
-from looped.train.tasks import make_task
+from looped.train.sequence import SequenceTrainTask, curriculum_cap
+from looped.train.tasks import make_train_task
 
 TINY_RLT = dict(arch="rlt", dim=16, heads=2, ffn_dim=16, encoder_layers=1, decoder_layers=1, window=4,
                 context_length=128)
@@ -67,10 +67,10 @@ def test_masked_targets_leave_the_loss_but_masked_tokens_update_the_state():
     torch.manual_seed(0)
     model = build_model(get_arch("rlt").config(**{k: v for k, v in TINY_RLT.items() if k != "arch"}))
     config = load_run_config(base=tiny_run())
-    task = make_task(config, log=quiet)
+    task = make_train_task(config, log=quiet)
     batch = task.to(task.batch_at(0, 8), "cpu")  # parity: only the '=' position is scored
     assert int(batch.loss_mask.sum()) == 8
-    loss = SequenceTask.loss(model, batch)
+    loss = SequenceTrainTask.loss(model, batch)
     scrambled = batch.targets.clone()
     scrambled[~batch.loss_mask] = torch.randint(0, 256, (int((~batch.loss_mask).sum()),))
     assert torch.equal(masked_sequence_loss(model(batch.tokens), scrambled, batch.loss_mask), loss)
@@ -83,7 +83,7 @@ def test_masked_targets_leave_the_loss_but_masked_tokens_update_the_state():
     assert (before[:, -1] - after[:, -1]).abs().max() > 1e-6
     # a gradient from the one scored target reaches the embedding of the unscored first bit
     model.zero_grad()
-    SequenceTask.loss(model, batch).backward()
+    SequenceTrainTask.loss(model, batch).backward()
     assert model.embed.weight.grad[int(batch.tokens[0, 1])].abs().sum() > 0
     # eq. 24 normalises per example: rows with 1 and 3 targets weigh the same
     logits = torch.randn(2, 4, 5)
@@ -108,7 +108,7 @@ def test_length_curriculum_and_batch_composition():
     assert [curriculum_cap(s, 1000, 8, 40, 0.5) for s in (0, 250, 499, 500, 999)] == [8, 24, 39, 40, 40]
     assert curriculum_cap(0, 1000, None, 40, 0.5) == 40
     config = load_run_config(base=tiny_run(train_lengths=None, curriculum_start=8, validation_lengths=[32]))
-    task = make_task(config, log=quiet)  # parity 3..40, 24 updates, ramp over the first 12
+    task = make_train_task(config, log=quiet)  # parity 3..40, 24 updates, ramp over the first 12
     for step in (0, 6, 12, 23):
         cap = curriculum_cap(step, 24, 8, 40, 0.5)
         batch = task.batch_at(step, 16)
@@ -116,8 +116,8 @@ def test_length_curriculum_and_batch_composition():
         for group in (batch.difficulty[:8], batch.difficulty[8:]):  # one length per micro-batch
             assert group.unique().numel() == 1
         assert torch.equal(batch.tokens, task.batch_at(step, 16).tokens)  # a pure function of the step
-    mixed = make_task(load_run_config(base=tiny_run(name="mod5_flat", train_lengths=None, same_length_batches=False,
-                                                    validation_lengths=[33])), log=quiet)
+    mixed_run = tiny_run(name="mod5_flat", train_lengths=None, same_length_batches=False, validation_lengths=[33])
+    mixed = make_train_task(load_run_config(base=mixed_run), log=quiet)
     lengths = torch.cat([mixed.batch_at(s, 16).difficulty for s in range(4)])
     assert lengths.unique().numel() > 4 and bool((lengths % 2 == 1).all())  # per-row, odd lengths only
     row = mixed.batch_at(0, 16)
@@ -137,14 +137,14 @@ def test_a_curriculum_that_cannot_shorten_a_batch_is_refused():
         load_run_config(base=tiny_run(train_lengths=None, curriculum_start=40, validation_lengths=[32]))
     config = load_run_config(base=tiny_run(name="s5", variant="swaps", train_lengths=[2, 32], curriculum_start=2,
                                            validation_lengths=[32]))
-    task = make_task(config, log=quiet)
+    task = make_train_task(config, log=quiet)
     assert int(task.batch_at(0, 8).difficulty.max()) == 2  # the recipe's curriculum now takes effect
 
 
 @pytest.mark.parametrize("same_length", [True, False])
 def test_training_batches_never_contain_a_test_row(same_length):
     def parity_task(test_lengths):
-        task = make_task(load_run_config(base=tiny_run(train_lengths=[3, 4], same_length_batches=same_length,
+        task = make_train_task(load_run_config(base=tiny_run(train_lengths=[3, 4], same_length_batches=same_length,
                                                        validation_lengths=[32])), log=quiet)
         task.task.test_lengths, task.task.test_rows_per_length = test_lengths, 4  # 4 of the 8 three-bit strings
         return task

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-import looped.train.reasoning as rtask  # registers task kind "reasoning"
+import looped.train.reasoning as rtask
 from looped.cli import main
 from looped.cli import reasoning as reasoning_cli
 from looped.config import from_dict
@@ -56,7 +56,7 @@ def toy_config() -> dict:
 def test_a_task_registered_in_a_test_trains_and_answers_think(toy_task, tmp_path):
     config = from_dict(RunConfig, toy_config())
     model = config.model
-    assert (model.task_kind, model.vocab_size, model.max_length) == ("sequence", 9, 128)  # the class's shape
+    assert (model.input_kind, model.vocab_size, model.max_length) == ("tokens", 9, 128)  # the class's shape
     assert (model.dim, model.heads, model.ffn_dim) == (16, 2, 32)  # its paper_width, not boolean's 256 / 8 / 1024
     log = []
     summary = Trainer(config, tmp_path / "run", progress=False, log=log.append).run()
@@ -100,9 +100,9 @@ def test_a_name_or_alias_cannot_be_registered_twice(toy_task):
 PAPER_FACTS = {
     "graph": ("graph", 27, 20, (128, 4, 256), 12_000, [1, 2, 3, 5, 8, 12, 15, 20], "hops",
               ("reachable", "unreachable")),
-    "boolean": ("sequence", 9, 128, (256, 8, 1024), 64_000, [1, 2, 4, 6, 8, 10, 12, 16, 20, 24], "nesting depth",
+    "boolean": ("tokens", 9, 128, (256, 8, 1024), 64_000, [1, 2, 4, 6, 8, 10, 12, 16, 20, 24], "nesting depth",
                 ("T", "F")),
-    "family": ("sequence", 54, 128, (256, 8, 1024), 60_000, [1, 2, 4, 6, 8, 10, 12, 16, 20], "chain depth",
+    "family": ("tokens", 54, 128, (256, 8, 1024), 60_000, [1, 2, 4, 6, 8, 10, 12, 16, 20], "chain depth",
                ("true", "false")),
 }
 
@@ -112,7 +112,7 @@ def test_the_built_in_tasks_keep_seed_002s_facts(name):
     cls = reasoning_task_class(name)
     shape = cls.task_shape()
     width = (shape["dim"], shape["heads"], shape["ffn_dim"])
-    assert (shape["task_kind"], shape["vocab_size"], shape["max_length"], width, cls.paper_train_size,
+    assert (shape["input_kind"], shape["vocab_size"], shape["max_length"], width, cls.paper_train_size,
             sorted(cls.eval_steps), cls.difficulty_name, cls.answer_words) == PAPER_FACTS[name]
 
 
@@ -126,8 +126,8 @@ def test_every_reasoning_architecture_configures_itself_for_every_reasoning_task
         cls = reasoning_task_class(name)
         for arch in arch_names("reasoning"):
             config_cls = get_arch(arch).config_cls
-            if cls.input_kind in config_cls.task_kinds:
+            if cls.input_kind in config_cls.input_kinds:
                 config = config_cls.for_task(name)
-                assert (config.task_kind, config.vocab_size) == (cls.input_kind, len(cls.vocab)), (name, arch)
+                assert (config.input_kind, config.vocab_size) == (cls.input_kind, len(cls.vocab)), (name, arch)
                 pairs += 1
     assert pairs >= 13  # 3 tasks x 4 attention models + the GNN on graph (a loaded plugin adds more)

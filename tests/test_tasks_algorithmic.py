@@ -32,7 +32,7 @@ CASES = [(key, length) for key, lengths in LENGTHS.items() for length in lengths
 
 
 def rows_text(batch: SequenceBatch, i: int) -> str:
-    return vocabulary.decode_text(batch.tokens[i, : int(batch.lengths[i])].tolist())
+    return vocabulary.decode_task_text(batch.tokens[i, : int(batch.lengths[i])].tolist())
 
 
 def scored(batch: SequenceBatch, i: int) -> list[int]:
@@ -123,7 +123,7 @@ def test_addition_layout(width):
         equals = 2 * width + 9  # BOS [ a ] ␠ + ␠ [ b ] ␠ =
         assert int(batch.tokens[i, equals]) == ord("=")
         assert mask == list(range(equals, n - 1))  # from '=' through the ']' that predicts EOS
-        assert vocabulary.decode_text(scored(batch, i)) == text.split("=")[1]  # " [c_rev]<EOS>"
+        assert vocabulary.decode_task_text(scored(batch, i)) == text.split("=")[1]  # " [c_rev]<EOS>"
 
 
 @pytest.mark.parametrize("length", [1, 5, 32])
@@ -156,7 +156,7 @@ def test_addition_answers_match_python_ints(length):
             assert a_rev[-1] != "0" and b_rev[-1] != "0"  # no leading zero
         total = int(a_rev[::-1]) + int(b_rev[::-1])
         assert text.endswith(f" [{str(total)[::-1]}]<EOS>")
-        assert vocabulary.decode_text(scored(batch, i)) == addition.reference_addition_answer(prompt) + "<EOS>"
+        assert vocabulary.decode_task_text(scored(batch, i)) == addition.reference_addition_answer(prompt) + "<EOS>"
 
 
 @pytest.mark.parametrize("length", [1, 3, 40, 64, 256])

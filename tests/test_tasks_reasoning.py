@@ -231,23 +231,23 @@ def test_graph_encode_round_trips_and_parses_user_graphs():
     task = GraphReachability(hard_negatives=True)
     batch = task.sample_mixed(rng_for(5), 40, [1, 4])
     for i in range(len(batch)):
-        row = task.encode(task.to_text(batch, i))
+        row = task.from_text(task.to_text(batch, i))
         assert torch.equal(row.tokens[0], batch.tokens[i]) and torch.equal(row.padding[0], batch.padding[i])
         assert torch.equal(row.extras["adjacency"][0], batch.extras["adjacency"][i])
         assert torch.equal(row.extras["query"][0], batch.extras["query"][i])
         assert row.labels[0] == batch.labels[i]
         if batch.labels[i] == 1:
             assert row.difficulty[0] == batch.difficulty[i]
-    row = task.encode("A>B, B>C, C>D ? A D")
+    row = task.from_text("A>B, B>C, C>D ? A D")
     assert row.tokens[0].tolist() == [1, 2, 3, 4] + [0] * 16
     assert row.labels.tolist() == [1.0] and row.difficulty.tolist() == [3]
     assert row.extras["query"].tolist() == [[0, 3]]
     assert row.extras["adjacency"][0, 1, 0] and not row.extras["adjacency"][0, 0, 1]  # [v, u]: edge u→v
-    row = task.encode("nodes=6;  A > B ,C>D ? D A")
+    row = task.from_text("nodes=6;  A > B ,C>D ? D A")
     assert row.labels.tolist() == [0.0] and int((~row.padding[0]).sum()) == 6
-    assert task.encode("? A T").labels.tolist() == [0.0]  # no edges, 20 nodes
-    spaced = task.encode("A>B B>C  C > D ? A D")  # spaces separate edges as commas do
-    assert torch.equal(spaced.extras["adjacency"], task.encode("A>B, B>C, C>D ? A D").extras["adjacency"])
+    assert task.from_text("? A T").labels.tolist() == [0.0]  # no edges, 20 nodes
+    spaced = task.from_text("A>B B>C  C > D ? A D")  # spaces separate edges as commas do
+    assert torch.equal(spaced.extras["adjacency"], task.from_text("A>B, B>C, C>D ? A D").extras["adjacency"])
 
 
 @pytest.mark.parametrize("text, words", [
@@ -259,7 +259,7 @@ def test_graph_encode_round_trips_and_parses_user_graphs():
 ])
 def test_graph_encode_errors(text, words):
     with pytest.raises(TaskError) as excinfo:
-        GraphReachability().encode(text)
+        GraphReachability().from_text(text)
     assert words in one_line(excinfo)
 
 
@@ -315,7 +315,7 @@ def test_boolean_precedence_and_depth_definition():
     cases = {"T|F&F": 1, "F&F|T": 1, "!T&F": 0, "!F&F": 0, "!(T&F)": 1, "(T&!F)|F": 1, "!!F": 0,
              "(T|F)&F": 0, "!((T|F)&T)": 0, "T": 1, "F|!T": 0}
     for text, label in cases.items():
-        row = task.encode(text)
+        row = task.from_text(text)
         assert int(row.labels[0]) == label == task.label_of(row, 0), text
     assert [nesting_depth(t) for t in ("T&F", "(T|F)", "!((T)&F)", "(T)&(F)", "((T))|((F))")] == [0, 1, 2, 1, 2]
 
@@ -342,11 +342,11 @@ def test_boolean_encode_round_trips():
     task = NestedBoolean()
     batch = task.sample_mixed(rng_for(2), 30, [2, 7])
     for i in range(30):
-        row = task.encode(task.to_text(batch, i))
+        row = task.from_text(task.to_text(batch, i))
         assert torch.equal(row.tokens[0], batch.tokens[i])
         assert row.labels[0] == batch.labels[i] and row.difficulty[0] == batch.difficulty[i]
-    assert task.encode(" ( T & ! F ) | F ").tokens[0, :10].tolist() == [1, 7, 2, 4, 6, 3, 8, 5, 3, 0]
-    assert "= T" in task.render(task.encode("(T&!F)|F"), 0)
+    assert task.from_text(" ( T & ! F ) | F ").tokens[0, :10].tolist() == [1, 7, 2, 4, 6, 3, 8, 5, 3, 0]
+    assert "= T" in task.render(task.from_text("(T&!F)|F"), 0)
 
 
 @pytest.mark.parametrize("text, words", [
@@ -356,7 +356,7 @@ def test_boolean_encode_round_trips():
 ])
 def test_boolean_encode_errors(text, words):
     with pytest.raises(TaskError) as excinfo:
-        NestedBoolean().encode(text)
+        NestedBoolean().from_text(text)
     assert words in one_line(excinfo)
 
 
@@ -451,17 +451,17 @@ def test_family_encode_round_trips_and_reads_user_text():
     task = FamilyRelations()
     batch = task.sample_mixed(rng_for(4), 30, [2, 5, 9])
     for i in range(30):
-        row = task.encode(task.to_text(batch, i))
+        row = task.from_text(task.to_text(batch, i))
         assert torch.equal(row.tokens[0], batch.tokens[i])
         assert row.labels[0] == batch.labels[i] and row.difficulty[0] == batch.difficulty[i]
     facts = "Alice is the parent of Bob . Bob is the parent of Carl ."
-    row = task.encode(f"{facts} query : Alice is the grandparent of Carl")
+    row = task.from_text(f"{facts} query : Alice is the grandparent of Carl")
     assert row.labels.tolist() == [1.0] and row.difficulty.tolist() == [2]
     assert row.tokens[0, 0] == 1 and task.vocab[int(row.tokens[0, (~row.padding[0]).sum() - 1])] == "[SEP]"
-    assert task.encode(f"{facts} query : Alice is the sibling of Carl").labels.tolist() == [0.0]
-    assert task.encode("alice is the parent of bob. bob is the child of carl. query: alice is the sibling of "
+    assert task.from_text(f"{facts} query : Alice is the sibling of Carl").labels.tolist() == [0.0]
+    assert task.from_text("alice is the parent of bob. bob is the child of carl. query: alice is the sibling of "
                        "carl [SEP]").labels.tolist() == [1.0]
-    assert task.encode(f"{facts} query : Alice is the parent of Dora").labels.tolist() == [0.0]  # unrelated
+    assert task.from_text(f"{facts} query : Alice is the parent of Dora").labels.tolist() == [0.0]  # unrelated
     assert "label: 1" in task.render(row, 0)
 
 
@@ -477,7 +477,7 @@ def test_family_encode_round_trips_and_reads_user_text():
 ])
 def test_family_encode_errors(text, words):
     with pytest.raises(TaskError) as excinfo:
-        FamilyRelations().encode(text)
+        FamilyRelations().from_text(text)
     assert words in one_line(excinfo)
 
 

@@ -83,13 +83,13 @@ def test_sampler_modes_train(corpus, tmp_path, sampler):
 
 def test_independent_sampler_fixes_data_order_across_archs(corpus, tmp_path):
     """With --sampler independent the block order no longer depends on the model's initialisation."""
-    from looped.train.tasks import LMTask
+    from looped.train.tasks import LMTrainTask
     cfg = from_dict(RunConfig, tiny_run_config(corpus, data={"sampler": "independent", "data_seed": 5}))
     orders = []
     for burn in (0, 1000):
         torch.manual_seed(0)
         torch.rand(burn)  # a different model would consume a different amount of the global stream
-        task = LMTask(cfg, log=lambda m: None)
+        task = LMTrainTask(cfg, log=lambda m: None)
         orders.append(task.sampler.next_indices(6).tolist())
     assert orders[0] == orders[1]
 
@@ -106,7 +106,7 @@ def test_best_checkpoint_and_selection(corpus, tmp_path):
 def test_best_checkpoint_keeps_the_earliest_step_on_ties(corpus, tmp_path, monkeypatch):
     from looped.train import tasks as lm_task
     losses = iter([2.0, 1.5, 1.5, 1.5])  # evaluations at updates 2, 4, 6, 8: a three-way tie for the minimum
-    monkeypatch.setattr(lm_task.LMTask, "evaluate", lambda self, model, **kwargs: {"loss": next(losses)})
+    monkeypatch.setattr(lm_task.LMTrainTask, "evaluate", lambda self, model, **kwargs: {"loss": next(losses)})
     cfg = tiny_run_config(corpus, train={"select": "best", "eval_every": 2})
     summary = train(cfg, tmp_path / "run").run()
     assert summary["best_step"] == 4
@@ -117,14 +117,14 @@ def test_nan_loss_stops_and_keeps_the_checkpoint_it_came_from(corpus, tmp_path, 
     from looped.train import tasks as lm_task
     cfg = tiny_run_config(corpus, train={"checkpoint_every": 2, "eval_every": 0})
     trainer = train(cfg, tmp_path / "run")
-    real_loss, calls = lm_task.LMTask.loss, {"n": 0}
+    real_loss, calls = lm_task.LMTrainTask.loss, {"n": 0}
 
     def poisoned(model, batch):
         calls["n"] += 1
         loss = real_loss(model, batch)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(lm_task.LMTask, "loss", staticmethod(poisoned))
+    monkeypatch.setattr(lm_task.LMTrainTask, "loss", staticmethod(poisoned))
     # update 5's loss comes from the weights of update 4: that checkpoint is kept, but not called good
     with pytest.raises(TrainingError, match="loss became nan at update 5.*holds the weights of update 4 that gave"):
         trainer.run()

@@ -84,9 +84,9 @@ def test_initial_states_are_fixed_buffers_and_not_parameters():
 
 def test_latent_recursion_and_block_follow_the_equations():
     """z <- f(x + y + z) n times, then y <- f(y + z); block: post-norm RMSNorm around attention and SwiGLU."""
-    model = tiny("sequence", latent_steps=3)
-    batch = rows("sequence")
-    x, mask = model.encode(batch)
+    model = tiny("tokens", latent_steps=3)
+    batch = rows("tokens")
+    x, mask = model.perceive(batch)
     y, z = torch.randn_like(x), torch.randn_like(x)
     f = model.network
     z_want = z
@@ -107,7 +107,7 @@ def test_no_gradient_recursions_keep_the_values_and_cut_the_gradient():
     for recursions, reaches in ((3, False), (1, True)):
         model = tiny(recursions=recursions)
         batch = rows()
-        x, mask = model.encode(batch)
+        x, mask = model.perceive(batch)
         y0 = torch.randn_like(x).requires_grad_()
         z0 = torch.randn_like(x).requires_grad_()
         y, z = model.deep_recursion(x, y0, z0, mask)
@@ -124,7 +124,7 @@ def test_no_gradient_recursions_keep_the_values_and_cut_the_gradient():
 def step_two_gradients(model, batch, detach: bool) -> dict:
     """Gradients of supervision step 2's answer, computed by hand from step 1's (y, z), detached or not."""
     model.zero_grad()
-    x, mask = model.encode(batch)
+    x, mask = model.perceive(batch)
     y, z = model.y_init.expand_as(x), model.z_init.expand_as(x)
     y, z = model.deep_recursion(x, y, z, mask)
     if detach:
@@ -226,9 +226,9 @@ def test_halting_head_at_test_time():
 
 
 def test_mlp_mixer_reads_sequences_of_any_length_up_to_max_length():
-    model = tiny("sequence", mixer="mlp")
+    model = tiny("tokens", mixer="mlp")
     assert model.network.blocks[0].mix.mlp.down.out_features == model.config.max_length
-    batch = rows("sequence", n=5)
+    batch = rows("tokens", n=5)
     short = batch.select(slice(0, 5)).trim()  # fewer columns: the mixer pads to max_length itself
     assert short.tokens.shape[1] < batch.tokens.shape[1]
     with torch.no_grad():
@@ -236,8 +236,8 @@ def test_mlp_mixer_reads_sequences_of_any_length_up_to_max_length():
 
 
 def test_mlp_ledger_matches_the_flop_counter():
-    model = tiny("sequence", mixer="mlp").float()
-    batch = rows("sequence", n=3)
+    model = tiny("tokens", mixer="mlp").float()
+    batch = rows("tokens", n=3)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(batch, 2)
     expected = model_ledger(model, batch.tokens.shape[1], 2).forward_flops(3)

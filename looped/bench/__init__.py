@@ -1,8 +1,7 @@
-"""Benchmarks: training throughput against a reference GPT, and incremental decoding against recompute.
+"""Benchmarks of speed, memory and training behaviour: one per `looped bench NAME`, and `replot`.
 
-    looped bench train  [--arch A] [--dim D] [--seq S] [--batch B] [--steps N] [--threads T] [--out PATH]
-    looped bench decode [--arch A] [--context C] [--out PATH]
-    looped bench exit   --threshold T [--run RUN] [--batches 1 8 32] [--out PATH]
+BENCHES below holds them (train, decode, ddp, rlt, think, clw, exit, scaling; `looped bench NAME --help` lists a
+benchmark's options); `looped bench replot NAME FILE.json` draws a written record's figure again.
 
 Each benchmark writes a JSON record (default runs/bench/<name>.json: the committed results/bench files are
 only replaced when --out names them) and prints a short summary.

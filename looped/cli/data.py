@@ -29,9 +29,9 @@ def cmd_data_info(args) -> int:
     config = load_run_config(args.config, args.set)
     if config.task.kind != "lm":  # a synthetic task: what the trainer would train and validate on
         from ..config import to_dict
-        from ..train.tasks import make_task
+        from ..train.tasks import make_train_task
 
-        task = make_task(config, log=lambda message: None)
+        task = make_train_task(config, log=lambda message: None)
         print(json.dumps({"task": to_dict(config.task), "describe": task.description,
                           "targets_per_sequence": task.targets_per_sequence}, indent=2))
         return 0

@@ -3,7 +3,7 @@
     looped think RUN --input "A>B, B>C, C>D ? A D" --steps 1,2,4,8
     looped think RUN --input "(T&!F)|F"                      # budgets default to the run's test budgets
 
-The instance syntax is the task's (`encode`): graph `[nodes=N;] U>V, ... ? SOURCE TARGET`, boolean an
+The instance syntax is the task's (`from_text`): graph `[nodes=N;] U>V, ... ? SOURCE TARGET`, boolean an
 expression over T F & | ! ( ), family `X is the R of Y . ... query : X is the R of Y`. `think` prints, for every
 step budget, the model's answer and its confidence (the probability of that answer), next to the answer of the
 task's reference solver. Errors are one line (`looped: error: ...`, exit status 2).
@@ -47,7 +47,7 @@ def think(run: str, text: str, steps: list[int] | None = None, which: str | None
 
     model, config = load_reasoning_run(run, which)
     task = reasoning_task.data_task(config.task)
-    batch = task.encode(text)
+    batch = task.from_text(text)
     steps = steps or reasoning_task.eval_steps(config.task)
     with torch.no_grad():
         logits = logits_by_budget(model, batch, steps)

@@ -57,7 +57,6 @@ def check_prompt(tokens: list[int], config) -> None:
 
 def load_sequence_run(run: str, which: str | None, command: str):
     """(model, RunConfig) of a seed 003 run (task kind `sequence`); other runs are refused in one line."""
-    from ..train import sequence  # noqa: F401  (first: the `sequence` task kind, so seed 003 run configs load)
     from ..train.checkpoint import resolve_checkpoint
     from ..train import load_model
 

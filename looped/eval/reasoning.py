@@ -319,7 +319,7 @@ def beyond_range_grids(model, test: ReasoningBatch, budgets: Sequence[int], trai
             chunk = chunk.to(device)
             cols = np.array([column[int(d)] for d in chunk.difficulty.tolist()])
             rows += np.bincount(cols, minlength=len(difficulties))
-            shared, mask = core.encode(chunk)
+            shared, mask = core.perceive(chunk)
             shared = core.run_steps(shared, mask, 0, trained_steps)  # rows 0 .. trained_steps-1: in every variant
             for name, variant in copies.items():
                 h = shared

@@ -28,7 +28,7 @@ from ..eval.reasoning import evaluate_grid, id_ood
 from ..models.ledger import model_ledger
 from ..train import reasoning as rtask
 from ..train.sequence import allowed_lengths, build_task
-from ..train.tasks import make_task
+from ..train.tasks import make_train_task
 from . import board
 
 
@@ -111,7 +111,7 @@ def training_flops(config, model, updates: int) -> float:
     batch_size = config.train.batch_size
     if config.task.kind == "lm":
         return updates * model_ledger(model, config.data.block_size - 1).training_flops(batch_size)
-    task = make_task(config, log=lambda message: None)
+    task = make_train_task(config, log=lambda message: None)
     priced: dict[tuple, float] = {}
     total = 0.0
     for _ in range(updates):

@@ -21,7 +21,6 @@ from ..config import from_dict, merge
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
-from ..train import sequence  # noqa: F401  (registers the `sequence` task kind the recipes use)
 from ..train.config import one_budget
 from . import report, rlt
 from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, panels, parameters,

@@ -64,6 +64,3 @@ def decode_byte_text(ids) -> str:
     data = bytes(10 if int(i) == SEPARATOR else int(i) for i in ids)
     return data.decode("utf-8", errors="replace")
 
-
-# The names these had before they said their vocabulary.
-encode_text, decode_text = encode_byte_text, decode_byte_text

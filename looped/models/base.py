@@ -87,7 +87,7 @@ class CausalLM(nn.Module):
     # schedule that changes over training reads (models/depth_schedule.py). 0 outside the trainer.
     training_update: int = 0
     # True where training minimises `model.objective(model(inputs, with_exits=True), targets)` rather than the
-    # cross-entropy of forward's logits (exit_gate_loop: an expected loss over exit steps); LMTask.loss reads it
+    # cross-entropy of forward's logits (exit_gate_loop: an expected loss over exit steps); LMTrainTask.loss reads it
     has_objective: bool = False
 
     # --- protocol (subclasses implement) ---------------------------------------------------------

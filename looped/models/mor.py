@@ -26,7 +26,7 @@ router or loss that only approximates the top-k selection; token choice has no s
 incremental == forward hold exactly. (The paper finds expert choice more accurate: Table 3, 42.6 % vs 40.0 %
 few-shot at N_r = 3.)
 
-Training (`objective`, reached through LMTask.loss): next-token cross-entropy plus the paper's balancing loss
+Training (`objective`, reached through LMTrainTask.loss): next-token cross-entropy plus the paper's balancing loss
 alpha sum_i f_i P_i, f_i = N_r / T sum_t 1(i_t = i), P_i = 1 / T sum_t g_t^i (alpha = `balance_weight` 0.1), plus the
 router z-loss 1 / T sum_t (log sum_j exp x_tj)^2 of the router logits x (`z_weight` 1e-3): Table 14's final token-
 choice design (softmax, linear router, balancing loss 0.1, z-loss added back at 1e-3). The argmax passes no

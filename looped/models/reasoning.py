@@ -23,6 +23,7 @@ depth_mode, and `@register(name, Config, family="reasoning")` (examples/looped_e
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import from_dict
+from ..config import ConfigError, from_dict
 from ..data.tasks.base import ReasoningBatch
 from ..data.tasks.reasoning import reasoning_task_class
 from ..nn import LayerNorm, LayerScale, MultiHeadAttention
@@ -47,7 +48,7 @@ class ReasoningConfig:
     """Fields every reasoning model shares; defaults are the nested-boolean shapes of seed 002."""
 
     arch: str = ""
-    task_kind: Literal["graph", "sequence"] = "sequence"
+    input_kind: Literal["graph", "tokens"] = "tokens"
     vocab_size: int = 9
     max_length: int = 128  # positions (graph: node slots)
     dim: int = 256
@@ -60,7 +61,21 @@ class ReasoningConfig:
     # field defaults.
     per_task: ClassVar[dict[str, dict[str, Any]]] = {}
     # The perception interfaces the model can read (the shared drivers run it on each).
-    task_kinds: ClassVar[tuple[str, ...]] = ("graph", "sequence")
+    input_kinds: ClassVar[tuple[str, ...]] = ("graph", "tokens")
+
+    @classmethod
+    def read_old_spelling(cls, data: dict, where: str) -> dict:
+        """Configs saved before the rename name the input layout `task_kind`, its token value 'sequence' (the
+        word the `sequence` training kind also uses): read them as `input_kind` / 'tokens', with a warning."""
+        if "task_kind" not in data:
+            return data
+        if "input_kind" in data:
+            raise ConfigError(f"{where}.task_kind: the old name of input_kind; give input_kind alone")
+        data = {("input_kind" if key == "task_kind" else key): value for key, value in data.items()}
+        data["input_kind"] = "tokens" if data["input_kind"] == "sequence" else data["input_kind"]
+        warnings.warn(f"{where}.task_kind is now {where}.input_kind (value 'sequence' is now 'tokens'); "
+                      "the old spelling still loads", FutureWarning, stacklevel=2)
+        return data
 
     @classmethod
     def for_task(cls, task: str, **overrides):
@@ -71,12 +86,12 @@ class ReasoningConfig:
         return from_dict(cls, {**preset, **overrides}, "model")
 
     def validate(self) -> None:
-        if self.task_kind not in ("graph", "sequence"):
-            raise ValueError(f"model.task_kind must be 'graph' or 'sequence', got {self.task_kind!r}")
-        if self.task_kind not in self.task_kinds:
-            kinds = " or ".join(self.task_kinds)
-            raise ValueError(f"model.task_kind: {self.arch or type(self).__name__} reads {kinds} inputs only, "
-                             f"got {self.task_kind!r}")
+        if self.input_kind not in ("graph", "tokens"):
+            raise ValueError(f"model.input_kind must be 'graph' or 'tokens', got {self.input_kind!r}")
+        if self.input_kind not in self.input_kinds:
+            kinds = " or ".join(self.input_kinds)
+            raise ValueError(f"model.input_kind: {self.arch or type(self).__name__} reads {kinds} inputs only, "
+                             f"got {self.input_kind!r}")
         for name in ("vocab_size", "max_length", "dim", "ffn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
@@ -88,12 +103,12 @@ class ReasoningConfig:
         return 1, 1
 
     def check_heads(self, heads: int) -> None:
-        """Attention models: heads divide the width, and RoPE (sequence tasks) needs an even head size."""
+        """Attention models: heads divide the width, and RoPE (token inputs) needs an even head size."""
         if heads < 1:
             raise ValueError(f"model.heads must be >= 1, got {heads}")
         if self.dim % heads:
             raise ValueError(f"model.heads: width {self.dim} is not divisible by {heads} heads")
-        if self.task_kind == "sequence" and (self.dim // heads) % 2:
+        if self.input_kind == "tokens" and (self.dim // heads) % 2:
             raise ValueError(f"model.heads: RoPE needs an even head size, got {self.dim} / {heads}")
 
 
@@ -125,7 +140,7 @@ class Perception(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         self.roles = None
-        if config.task_kind == "graph":
+        if config.input_kind == "graph":
             self.roles = nn.Parameter(torch.empty(2, config.dim))  # row 0: source, row 1: target
             nn.init.normal_(self.roles, std=ROLE_INIT_STD)
         self.norm = LayerNorm(config.dim, config.norm_eps)
@@ -141,11 +156,11 @@ class Perception(nn.Module):
 
 
 class Readout(nn.Module):
-    """LN -> Linear(in, d) -> GELU -> dropout -> Linear(d, 1) on [H_s ; H_r] (graph) or H[CLS] (sequence)."""
+    """LN -> Linear(in, d) -> GELU -> dropout -> Linear(d, 1) on [H_s ; H_r] (graph) or H[CLS] (tokens)."""
 
     def __init__(self, config: ReasoningConfig):
         super().__init__()
-        self.pairwise = config.task_kind == "graph"
+        self.pairwise = config.input_kind == "graph"
         width = 2 * config.dim if self.pairwise else config.dim
         self.norm = LayerNorm(width, config.norm_eps)
         self.hidden = nn.Linear(width, config.dim)
@@ -178,14 +193,14 @@ class FeedForward(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Pre-norm bidirectional encoder layer; `mask` carries the adjacency (graph) or the padding (sequence).
+    """Pre-norm bidirectional encoder layer; `mask` carries the adjacency (graph) or the padding (tokens).
 
     x <- x + drop(LS1 * Attn(LN1 x));  x <- x + drop(LS2 * FFN(LN2 x))   (LS = 1 when layer_scale is None)
     """
 
     def __init__(self, config: ReasoningConfig, heads: int, layer_scale: float | None):
         super().__init__()
-        graph = config.task_kind == "graph"
+        graph = config.input_kind == "graph"
         self.norm1 = LayerNorm(config.dim, config.norm_eps)
         self.attn = MultiHeadAttention(config.dim, heads, bias=True, rope=not graph)
         self.norm2 = LayerNorm(config.dim, config.norm_eps)
@@ -199,13 +214,13 @@ class EncoderBlock(nn.Module):
         return x + self.drop(self.scale2(self.ffn(self.norm2(x))))
 
 
-def attention_mask(task_kind: str, batch: ReasoningBatch) -> torch.Tensor:
+def attention_mask(input_kind: str, batch: ReasoningBatch) -> torch.Tensor:
     """Boolean mask, True = may attend, broadcast over heads.
 
     graph: (n, 1, L, L) adjacency, node v sees u iff edge u->v or u = v (one hop per attention step);
-    sequence: (n, 1, 1, L), every position sees every real token, never PAD.
+    tokens: (n, 1, 1, L), every position sees every real token, never PAD.
     """
-    if task_kind == "graph":
+    if input_kind == "graph":
         return batch.extras["adjacency"][:, None]
     return ~batch.padding[:, None, None, :]
 
@@ -285,7 +300,7 @@ class ReasoningModel(nn.Module):
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= config.vocab_size):
             raise ValueError(f"token id out of range [0, {config.vocab_size}): "
                              f"min {int(tokens.min())}, max {int(tokens.max())}")
-        if config.task_kind == "graph":
+        if config.input_kind == "graph":
             adjacency, query = batch.extras.get("adjacency"), batch.extras.get("query")
             if adjacency is None or query is None:
                 raise ValueError("a graph model needs batch.extras 'adjacency' and 'query'")

@@ -9,7 +9,7 @@
 The weight-tied ablation (no LayerScale, no gate) is `drt_tied` in recurrent_depth.py.
 
 Every baseline shares the core's perception (embedding, role vectors, LN, dropout), encoder block
-flavour (graph: ReLU FFN, adjacency mask; sequence: RoPE, GELU FFN, padding mask) and readout, so the
+flavour (graph: ReLU FFN, adjacency mask; tokens: RoPE, GELU FFN, padding mask) and readout, so the
 rows differ only in how depth is spent.
 
 Fixed-Transformer depths follow from the paper's reported sizes (0.8M / 6.4M / 4.0M):
@@ -74,14 +74,14 @@ class FixedDepthTransformer(ReasoningModel):
     def forward(self, batch: ReasoningBatch, steps: int | None = None, *, return_all: bool = False,
                 return_trace: bool = False):
         self.check_batch(batch)
-        h = self.apply_layers(self.perception(batch), attention_mask(self.config.task_kind, batch))  # (n, L, d)
+        h = self.apply_layers(self.perception(batch), attention_mask(self.config.input_kind, batch))  # (n, L, d)
         logits = self.readout(h, batch)  # (n,)
         return self.output(logits[None] if return_all else logits, ReasoningTrace(), return_trace)
 
     def trace(self, batch: ReasoningBatch, steps: int | None = None):
         """Per layer (models/trace.py): the readout applied after each layer; the last is the forward."""
         self.check_batch(batch)
-        return traced_layers(self.blocks, self.perception(batch), attention_mask(self.config.task_kind, batch),
+        return traced_layers(self.blocks, self.perception(batch), attention_mask(self.config.input_kind, batch),
                              lambda h: self.readout(h, batch))
 
     def apply_layers(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -103,18 +103,18 @@ def traced_layers(layers, h: torch.Tensor, context: torch.Tensor, readout):
 @dataclass
 class GNNConfig(ReasoningConfig):
     arch: str = "gnn"
-    task_kind: Literal["graph", "sequence"] = "graph"
+    input_kind: Literal["graph", "tokens"] = "graph"
     vocab_size: int = 27
     max_length: int = 20
     dim: int = 128
     ffn_dim: int = 256
     layers: int = 6
 
-    task_kinds: ClassVar[tuple[str, ...]] = ("graph",)  # messages pass along the graph's edges
+    input_kinds: ClassVar[tuple[str, ...]] = ("graph",)  # messages pass along the graph's edges
 
     def validate(self) -> None:
-        if self.task_kind != "graph":
-            raise ValueError("model.task_kind: the GNN needs a graph to pass messages over ('graph' only)")
+        if self.input_kind != "graph":
+            raise ValueError("model.input_kind: the GNN needs a graph to pass messages over ('graph' only)")
         super().validate()
         if self.layers < 1:
             raise ValueError(f"model.layers must be >= 1, got {self.layers}")
@@ -247,7 +247,7 @@ class UniversalTransformerACT(ReasoningModel):
         budget = self.check_budget(steps)
         self.check_batch(batch)
         h = self.perception(batch)  # (n, L, d)
-        mask = attention_mask(self.config.task_kind, batch)
+        mask = attention_mask(self.config.input_kind, batch)
         output, stats = self.ponder(h, mask, budget, real=~batch.padding)
         trace = ReasoningTrace(ponder=stats, ponder_cost=masked_mean(stats.steps + stats.remainders, stats.real))
         logits = self.readout(output, batch)
@@ -263,7 +263,7 @@ class UniversalTransformerACT(ReasoningModel):
 
     def traced_steps(self, batch: ReasoningBatch, budget: int):
         h = self.perception(batch)
-        mask = attention_mask(self.config.task_kind, batch)
+        mask = attention_mask(self.config.input_kind, batch)
         n, length, _ = h.shape
         carry = (h, h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length), h.new_zeros(n, length),
                  torch.ones(n, length, dtype=torch.bool, device=h.device), torch.zeros_like(h))

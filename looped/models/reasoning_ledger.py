@@ -16,7 +16,7 @@ from .ledger import Ledger, attention_flops, block_flops, linear_flops
 def front_and_readout(config, context: int) -> dict[str, float]:
     """Per-token FLOPs of the perception (graph: the role vectors placed by a one-hot matmul) and the readout."""
     d = config.dim
-    graph = config.task_kind == "graph"
+    graph = config.input_kind == "graph"
     width = 2 * d if graph else d
     parts = {"perception roles": linear_flops(2, d)} if graph else {}
     parts["readout"] = (linear_flops(width, d) + linear_flops(d, 1)) / context
@@ -87,7 +87,7 @@ def trm_ledger(model, context: int, depth: int | None = None) -> Ledger:
     applications = c.recursions * (c.latent_steps + 1) * c.layers
     step = {name: flops * applications * positions / context for name, flops in block.items()}
     outside = front_and_readout(c, context)
-    width = 2 * c.dim if c.task_kind == "graph" else c.dim
+    width = 2 * c.dim if c.input_kind == "graph" else c.dim
     step["readout"] = outside.pop("readout")  # read out after every supervision step
     step["halting head"] = linear_flops(width, 1) / context
     notes = ["the no-gradient recursions are counted; a backward pass covers only the last of the T per step"]

@@ -6,15 +6,15 @@
         z  = sigmoid(W_z [H~ ; H] + b_z)        identity-biased gate, b_z = -2 at init (gate=False: H <- H~)
         H  = z * H~ + (1 - z) * H
     logit = Linear(d, 1)(Dropout(GELU(Linear(in, d)(LN(x)))))
-            x = [H_source ; H_target] (graph, in = 2d) or H[CLS] at position 0 (sequence, in = d)
+            x = [H_source ; H_target] (graph, in = 2d) or H[CLS] at position 0 (tokens, in = d)
 
-Two perception interfaces (`task_kind`), each fixing its block flavour:
+Two perception interfaces (`input_kind`), each fixing its block flavour:
   graph     node i at position i; attention restricted by the adjacency mask ([v, u] = edge u->v, plus
             self-loops), so one step moves information exactly one hop; ReLU FFN, no RoPE (the paper's
             "standard PyTorch encoder layer"); learned role vectors mark the query nodes.
-  sequence  [CLS] + characters/words; bidirectional attention over real tokens (PAD keys masked out),
+  tokens    [CLS] + characters/words; bidirectional attention over real tokens (PAD keys masked out),
             RoPE (base 10000) on q/k, GELU FFN.
-LayerScale (gamma init 1e-4 on both residual branches) is a config field: on for the paper's sequence
+LayerScale (gamma init 1e-4 on both residual branches) is a config field: on for the paper's token-input
 tasks, off for its graph task (see `per_task` / `for_task`). Attention and FFN projections carry biases.
 
 Steps are a call argument, `model(batch, steps=T)`; training samples T ~ U{steps_range}. E has
@@ -124,7 +124,7 @@ class DepthRecurrentCore(ReasoningModel):
 
     def forward(self, batch: ReasoningBatch, steps: int, *, return_all: bool = False, return_trace: bool = False):
         steps = self.check_steps(steps)
-        h, mask = self.encode(batch)
+        h, mask = self.perceive(batch)
         real = ~batch.padding  # (n, L)
         logits, gate_means = [], []
         for t in range(steps):
@@ -141,7 +141,7 @@ class DepthRecurrentCore(ReasoningModel):
         """Every step (models/trace.py): the state, the readout (= forward at that budget) and the mean gate z
         per position."""
         steps = self.check_steps(steps)
-        h, mask = self.encode(batch)
+        h, mask = self.perceive(batch)
         return self.traced_steps(batch, h, mask, steps)
 
     def traced_steps(self, batch: ReasoningBatch, h: torch.Tensor, mask: torch.Tensor, steps: int):
@@ -149,10 +149,10 @@ class DepthRecurrentCore(ReasoningModel):
             h, z = self.step(h, t, mask)
             yield RoundTrace(t + 1, h, self.readout(h, batch), {} if z is None else {"gate": z.mean(-1)})
 
-    def encode(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def perceive(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The state before step 0 and the attention mask every step uses: (H (n, L, d), mask)."""
         self.check_batch(batch)
-        return self.perception(batch), attention_mask(self.config.task_kind, batch)
+        return self.perception(batch), attention_mask(self.config.input_kind, batch)
 
     def run_steps(self, h: torch.Tensor, mask: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Steps start .. stop-1 (0-based) from the state H after `start` steps: the state after `stop` steps."""

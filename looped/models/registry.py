@@ -2,7 +2,8 @@
 
 Registering is all a plugin architecture needs: the shared tests, the CLI (`looped params`, `train`, `eval`,
 `generate`) and the recipes look architectures up here. A built-in one also names its module in BUILTIN_MODULES
-(the registry imports its members by name, so no module of this package imports it back).
+(the registry imports its members by name, so no module of this package imports it back) and, for family "lm",
+states its parameter count per component in tests/parameter_formulas.py.
 
     @register("my_loop", MyLoopConfig, test_overrides={"dim": 32})
     class MyLoop(CausalLM): ...

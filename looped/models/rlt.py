@@ -496,8 +496,7 @@ class RLT(CausalLM):
             tensors["feedback"] = state.feedback.contiguous()
         tensors = {name: t.detach() for name, t in tensors.items()}
         meta = {name: getattr(self.config, name) for name in self.STATE_FIELDS}
-        meta.update(batch=state.batch, position=state.position,
-                    chunk_offset=state.position % self.config.feedback_interval)
+        meta.update(batch=state.batch, position=state.position)  # the chunk offset is position % feedback_interval
         return tensors, meta
 
     def state_from_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> RLTState:

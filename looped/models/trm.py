@@ -16,7 +16,7 @@ question x, the current answer y and a latent reasoning state z. With n = `laten
 
 Block of f (the paper's, after HRM): post-norm, h <- RMSNorm(h + mix(h)); h <- RMSNorm(h + SwiGLU(h)), no biases,
 RMSNorm without a gain. `mixer` picks mix: "attention" (the paper's TRM-Att, 7M on Sudoku / Maze / ARC:
-bidirectional self-attention; graph: the adjacency mask, so one block moves information one hop; sequence: RoPE,
+bidirectional self-attention; graph: the adjacency mask, so one block moves information one hop; tokens: RoPE,
 padding masked) or "mlp" (TRM-MLP, 5M on Sudoku: a SwiGLU across the positions, channel by channel, for
 fixed-length sequence inputs; it cannot read a graph's edges, which live only in the attention mask).
 
@@ -26,7 +26,7 @@ smaller budget's answer.
 
 Shared with the other seed-002 rows (reasoning.py), so the rows differ only in how depth is spent: the perception
 (token embedding, graph role vectors, LayerNorm, dropout) gives x, and the readout (graph: [y_source ; y_target],
-sequence: y[CLS]) gives the answer logit; the paper's per-token output head and puzzle embedding have no role in
+tokens: y[CLS]) gives the answer logit; the paper's per-token output head and puzzle embedding have no role in
 one-bit answers.
 
 Choices where the paper leaves a detail open (tests/test_trm.py tests each):
@@ -121,9 +121,9 @@ class TRMConfig(ReasoningConfig):
         super().validate()
         if self.mixer not in ("attention", "mlp"):
             raise ValueError(f"model.mixer must be 'attention' or 'mlp', got {self.mixer!r}")
-        if self.mixer == "mlp" and self.task_kind == "graph":
+        if self.mixer == "mlp" and self.input_kind == "graph":
             raise ValueError("model.mixer: the MLP mixer cannot read a graph's edges (they live in the attention "
-                             "mask); use mixer 'attention' for task_kind 'graph'")
+                             "mask); use mixer 'attention' for input_kind 'graph'")
         if self.mixer == "attention":
             self.check_heads(self.heads)
         for name in ("layers", "latent_steps", "recursions", "supervision_steps"):
@@ -142,7 +142,7 @@ class TRMConfig(ReasoningConfig):
     @classmethod
     def paper_sudoku(cls, mixer: str = "mlp", **overrides) -> TRMConfig:
         """The paper's Sudoku-Extreme shape (module docstring): TRM-MLP (5M) or TRM-Att (7M)."""
-        shape = dict(task_kind="sequence", vocab_size=11, max_length=81 + 16, dim=512, heads=8,
+        shape = dict(input_kind="tokens", vocab_size=11, max_length=81 + 16, dim=512, heads=8,
                      ffn_dim=swiglu_width(512), mixer=mixer, mixer_dim=swiglu_width(81 + 16),
                      halt_threshold=0.5, halt_bias_init=-5.0)
         return from_dict(cls, {**shape, **overrides}, "model")
@@ -157,11 +157,11 @@ def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class AttentionMixer(nn.Module):
-    """Bias-free bidirectional self-attention under the task's mask (adjacency or padding); RoPE on sequences."""
+    """Bias-free bidirectional self-attention under the task's mask (adjacency or padding); RoPE on token inputs."""
 
     def __init__(self, config: TRMConfig):
         super().__init__()
-        self.attn = MultiHeadAttention(config.dim, config.heads, bias=False, rope=config.task_kind == "sequence")
+        self.attn = MultiHeadAttention(config.dim, config.heads, bias=False, rope=config.input_kind == "tokens")
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return self.attn(h, causal=False, mask=mask)
@@ -232,7 +232,7 @@ class SupervisionStep:
 
 
 def answer_summary(h: torch.Tensor, batch: ReasoningBatch, pairwise: bool) -> torch.Tensor:
-    """What the readout reads: [h_source ; h_target] (graph, (n, 2d)) or h[CLS] (sequence, (n, d))."""
+    """What the readout reads: [h_source ; h_target] (graph, (n, 2d)) or h[CLS] (tokens, (n, d))."""
     if not pairwise:
         return h[:, 0]
     rows = torch.arange(h.shape[0], device=h.device)
@@ -260,7 +260,7 @@ class TinyRecursiveModel(ReasoningModel):
         self.perception = Perception(config)
         self.network = TinyNetwork(config)
         self.readout = Readout(config)
-        width = 2 * config.dim if config.task_kind == "graph" else config.dim
+        width = 2 * config.dim if config.input_kind == "graph" else config.dim
         self.halting = nn.Linear(width, 1)  # Q head: one logit, "halt"
         nn.init.zeros_(self.halting.weight)
         nn.init.constant_(self.halting.bias, config.halt_bias_init)
@@ -285,20 +285,20 @@ class TinyRecursiveModel(ReasoningModel):
                 y, z = self.latent_recursion(x, y, z, mask)
         return self.latent_recursion(x, y, z, mask)
 
-    def encode(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def perceive(self, batch: ReasoningBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (n, L, d), zero at padding (MLP mixer: padded to max_length), and the attention mask (or None)."""
         self.check_batch(batch)
         x = self.perception(batch) * (~batch.padding).unsqueeze(-1).to(self.y_init.dtype)
         if self.config.mixer == "mlp":
             return F.pad(x, (0, 0, 0, self.config.max_length - x.shape[1])), None
-        return x, attention_mask(self.config.task_kind, batch)
+        return x, attention_mask(self.config.input_kind, batch)
 
     def supervise(self, batch: ReasoningBatch, budget: int, halting: bool):
         """Run up to `budget` supervision steps, yielding a SupervisionStep after each; with `halting`, a row stops
         after its first step with sigmoid(q) > halt_threshold; the loop ends once every row has stopped."""
-        x, mask = self.encode(batch)
+        x, mask = self.perceive(batch)
         y, z = self.y_init.expand_as(x), self.z_init.expand_as(x)
-        pairwise = self.config.task_kind == "graph"
+        pairwise = self.config.input_kind == "graph"
         running = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
         threshold = self.config.halt_threshold
         halt_logit = math.log(threshold / (1 - threshold))  # sigmoid(q) > threshold <=> q > halt_logit

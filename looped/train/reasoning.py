@@ -199,8 +199,8 @@ def check_model_fits(config, task) -> None:
         raise ValueError(f"task.alpha: {model.arch} supervises its own steps (its loss ignores alpha); "
                          f"set task.alpha to 0, got {config.task.alpha}")
     want = task.input_kind
-    if model.task_kind != want:
-        raise ValueError(f"model.task_kind is {model.task_kind!r}, but task {config.task.name!r} needs {want!r}")
+    if model.input_kind != want:
+        raise ValueError(f"model.input_kind is {model.input_kind!r}, but task {config.task.name!r} needs {want!r}")
     if model.vocab_size != task.vocab_size or model.max_length < task.max_length:
         raise ValueError(f"model vocab_size/max_length {model.vocab_size}/{model.max_length} do not fit task "
                          f"{config.task.name!r} ({task.vocab_size} tokens, {task.max_length} positions)")

@@ -128,7 +128,7 @@ def batch_rng(seed: int, task: AlgorithmicTask, step: int, group: int) -> np.ran
     return np.random.default_rng(np.random.SeedSequence([seed, label, step, group]))
 
 
-class SequenceTask:
+class SequenceTrainTask:
     """TrainTask over an algorithmic task (see the module docstring)."""
 
     def __init__(self, config, log=print):
@@ -253,7 +253,7 @@ class SequenceTask:
         self.step = int(state["step"])
 
 
-register_task_kind("sequence", SequenceTaskConfig, SequenceTask)
+register_task_kind("sequence", SequenceTaskConfig, SequenceTrainTask)
 
-__all__ = ["SequenceTask", "SequenceTaskConfig", "accuracies", "allowed_lengths", "build_task", "curriculum_cap",
+__all__ = ["SequenceTrainTask", "SequenceTaskConfig", "accuracies", "allowed_lengths", "build_task", "curriculum_cap",
            "score_rows"]

@@ -1,14 +1,19 @@
-"""What the trainer trains on: a task owns its data, its loss and its evaluation.
+"""What the trainer trains on: a train task owns its data, its loss and its evaluation.
 
-    task = make_task(run_config, log)       # after model init (historical sampling draws from the global stream)
+    task = make_train_task(run_config, log)  # after model init (historical sampling draws from the global stream)
     batch = task.global_batch(n)             # identical on every rank
     mine = task.shard(batch, start, end)     # rows [start, end): a rank's slice, then micro-batches
     loss = task.loss(model, task.to(mine, device))   # mean over the slice's scored targets
     task.evaluate(model, ...) -> {"loss": ..., ...}   # "loss" selects the best checkpoint
     task.state_dict() / load_state_dict()   # tensors and plain numbers, for bit-identical resume
 
-A new kind registers `register_task_kind("name", ConfigDataclass, TaskClass)`; the run config then holds
+A new kind registers `register_task_kind("name", ConfigDataclass, TrainTaskClass)`; the run config then holds
 `task: {kind: name, ...}`. The default kind "lm" is next-symbol prediction on byte blocks (`data` section).
+
+The words (README, "Words"): a *task kind* (lm | sequence | reasoning, the run config's `task.kind`) is how the
+trainer trains, and its *train task* (LMTrainTask, SequenceTrainTask, ReasoningTrainTask) the object that does it;
+a plain *task* is a data task of looped.data.tasks (parity, s5, graph, ...), which the `sequence` and `reasoning`
+kinds draw from by `task.name`.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def task_config_class(kind: str) -> type:
     return _KINDS[kind][0]
 
 
-def make_task(config, log=print):
+def make_train_task(config, log=print):
     _load_builtin()
     return _KINDS[config.task.kind][1](config, log)
 
@@ -60,7 +65,7 @@ def _load_builtin() -> None:
         importlib.import_module(f"{__package__}.{module}")
 
 
-class LMTask:
+class LMTrainTask:
     """Next-symbol prediction on fixed-length byte blocks (seed 000)."""
 
     def __init__(self, config, log=print):
@@ -112,4 +117,4 @@ class LMTask:
         self.sampler.load_state_dict(state)
 
 
-register_task_kind("lm", LMTaskConfig, LMTask)
+register_task_kind("lm", LMTaskConfig, LMTrainTask)

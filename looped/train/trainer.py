@@ -39,7 +39,7 @@ from .compute import budget_steps, update_flops
 from .config import RunConfig
 from .distributed import Dist, all_mean, any_rank, barrier, init_distributed, shutdown
 from .run_folder import RunLock, existing_run, read_metrics
-from .tasks import make_task
+from .tasks import make_train_task
 from .tracking import WandbSink
 from .schedule import learning_rate
 from .validation_line import task_chance, validation_line
@@ -191,7 +191,7 @@ class Trainer:
             self.model.train_gate_only(GateTarget(tc.exit_gate_slope, tc.exit_gate_margin))
         if tc.compile:  # in place, on the regions the model declares: checkpoints and DDP see the same module
             compile_model(self.model)
-        self.task = make_task(cfg, log=self.log)
+        self.task = make_train_task(cfg, log=self.log)
         self.targets_per_update = tc.batch_size * self.task.targets_per_sequence
         self.update_flops = update_flops(self.model, cfg, self.task,  # None: not fixed (non-LM tasks)
                                          calls=self.dist.world * self.accumulation)

@@ -9,9 +9,10 @@ Six task settings, all byte-level token streams over a 277-symbol vocabulary (25
   s5               running product of S5 permutations, 32 inputs for training
                    (variant "standard": inputs from all 120 permutations; "swaps": identity + 10 transpositions)
 
-One file per task: addition.py, parity.py, mod5.py (flat and bracketed), s5.py; chomsky.py holds the external
-suite. Shared: vocabulary.py (the 277 symbols, the task-text codec, batch builders) and this file (the data seeds,
-set sizes, held-out sets and training stream, and `AlgorithmicTask`, the interface every task implements).
+One file per task: addition.py, parity.py, mod5.py (flat and bracketed), s5.py; chomsky.py and chomsky_cs.py
+hold the external Chomsky-hierarchy suite. Shared: vocabulary.py (the 277 symbols, the task-text codec, batch
+builders) and this file (the data seeds, set sizes, held-out sets and training stream, and `AlgorithmicTask`, the
+interface every task implements).
 
 Every batch is a `SequenceBatch`: `tokens` starts with BOS, `targets[t]` is the token the model must predict at
 position t (the next token, except for S5 where it is the running state, see `S5Task`), `loss_mask` marks the

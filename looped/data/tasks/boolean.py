@@ -114,7 +114,7 @@ class NestedBoolean(ReasoningTask):
     Children are plain strings, so the precedence rule (not the generation tree) decides the label:
     ``(T|F&F)`` is read as T|(F&F).
 
-    Text syntax (`encode` / `to_text`): the expression itself, e.g. ``(T&!F)|F`` (whitespace ignored).
+    Text syntax (`from_text` / `to_text`): the expression itself, e.g. ``(T&!F)|F`` (whitespace ignored).
     """
 
     vocab = [PAD, CLS, *BOOLEAN_SYMBOLS]
@@ -123,7 +123,7 @@ class NestedBoolean(ReasoningTask):
     train_difficulties = list(range(1, 9))
     test_difficulties = list(range(2, 15, 2))
     test_per_bucket = 500
-    input_kind = "sequence"
+    input_kind = "tokens"
     paper_width = {"dim": 256, "heads": 8, "ffn_dim": 1024}
     paper_train_size = 64_000
     eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20, 24)
@@ -194,7 +194,7 @@ class NestedBoolean(ReasoningTask):
         value = "T" if batch.labels[i] == 1 else "F"
         return f"{text} = {value}  (depth {int(batch.difficulty[i])}, {len(text)} chars, label {int(batch.labels[i])})"
 
-    def encode(self, text: str) -> ReasoningBatch:
+    def from_text(self, text: str) -> ReasoningBatch:
         """One row from an expression such as ``(T&!F)|F``; difficulty = its nesting depth."""
         expr = "".join(text.split())
         if not expr:

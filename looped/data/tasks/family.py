@@ -69,9 +69,9 @@ class FamilyRelations(ReasoningTask):
     {−4, −2, +2, +4} whose result stays within ±12 (same parity as the truth). Labels are 50/50.
     K ranges over 1..12 (12 chain facts + 4 distractors + query take 122 of the 128 tokens).
 
-    Text syntax (`encode` / `to_text`): the words separated by spaces, e.g. ``Alice is the parent of
+    Text syntax (`from_text` / `to_text`): the words separated by spaces, e.g. ``Alice is the parent of
     Bob . Bob is the parent of Carl . query : Alice is the grandparent of Carl``; case is ignored;
-    ``[CLS]``/``[SEP]`` may be given or left out. Facts may use any relation word. `encode` sets
+    ``[CLS]``/``[SEP]`` may be given or left out. Facts may use any relation word. `from_text` sets
     ``difficulty`` to the number of facts on the shortest chain linking the two query names (0 if none).
 
     De-cued generator (``decued=True``, our addition; the default is the paper's generator above). The
@@ -97,7 +97,7 @@ class FamilyRelations(ReasoningTask):
     test_difficulties = list(range(2, 10))
     test_per_bucket = 2000
     max_difficulty = 12
-    input_kind = "sequence"
+    input_kind = "tokens"
     paper_width = {"dim": 256, "heads": 8, "ffn_dim": 1024}
     paper_train_size = 60_000
     eval_steps = (1, 2, 4, 6, 8, 10, 12, 16, 20)
@@ -259,7 +259,7 @@ class FamilyRelations(ReasoningTask):
             f"label: {label} ({'true' if label else 'false'}; chain depth {int(batch.difficulty[i])})",
         ])
 
-    def encode(self, text: str) -> ReasoningBatch:
+    def from_text(self, text: str) -> ReasoningBatch:
         """One row from facts and a query in words (see the class docstring for the syntax)."""
         spaced = re.sub(r"\s*([.:])(?=\s|$)", r" \1", text.strip())  # detach '.' and ':' from words
         raw = spaced.split()

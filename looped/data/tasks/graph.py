@@ -187,9 +187,9 @@ class GraphReachability(ReasoningTask):
 
       Positives satisfy 2–4 too (with f = h), so none of these local statistics separates the labels.
 
-    Text syntax (`encode` / `to_text`): ``nodes=12; A>B, B>C, C>D ? A D``: an optional node count
+    Text syntax (`from_text` / `to_text`): ``nodes=12; A>B, B>C, C>D ? A D``: an optional node count
     (default: up to the highest letter used), edges ``U>V`` separated by commas or spaces, then ``?`` and
-    the source and target letters. Spaces around ``>`` are free. `encode` sets ``difficulty`` to the
+    the source and target letters. Spaces around ``>`` are free. `from_text` sets ``difficulty`` to the
     shortest-path length, or 0 when the target is unreachable.
     """
 
@@ -354,7 +354,7 @@ class GraphReachability(ReasoningTask):
         return int(shortest_hops(batch.extras["adjacency"][i].numpy(), s, r) is not None)
 
     def to_text(self, batch: ReasoningBatch, i: int) -> str:
-        """Row i in the `encode` syntax, e.g. ``nodes=9; A>C, B>D ? A D``."""
+        """Row i in the `from_text` syntax, e.g. ``nodes=9; A>C, B>D ? A D``."""
         n = int((~batch.padding[i]).sum())
         s, r = (int(x) for x in batch.extras["query"][i])
         edges = ", ".join(f"{LETTERS[u]}>{LETTERS[v]}" for u, v in _edges_of(batch.extras["adjacency"][i].numpy()))
@@ -374,7 +374,7 @@ class GraphReachability(ReasoningTask):
             f"label: {int(batch.labels[i])} ({verdict})"
         )
 
-    def encode(self, text: str) -> ReasoningBatch:
+    def from_text(self, text: str) -> ReasoningBatch:
         """One row from the text syntax ``[nodes=N;] U>V, ... ? SOURCE TARGET`` (see class docstring); edges are
         separated by commas or spaces."""
         body = text.strip()

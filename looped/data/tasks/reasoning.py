@@ -8,7 +8,7 @@ Each task is a binary classifier over one instance per row (`ReasoningBatch`), w
   sample(rng, n, difficulty)          n rows of exactly that difficulty
   sample_mixed(rng, n, difficulties)  an equal share per difficulty, rows shuffled
   test_set(seed, per_bucket, ...)     per-difficulty test rows, minus any row seen in `exclude`
-  encode(text) / to_text(batch, i)    a user's own instance in a small text syntax, and back
+  from_text(text) / to_text(batch, i) a user's own instance in a small text syntax, and back
   render(batch, i)                    a human-readable example with its label
   label_of(batch, i)                  the label from an independent reference solver (for tests)
   row_key(batch, i)                   bytes identifying a row's input, for de-duplication
@@ -84,7 +84,7 @@ class ReasoningTask:
     """Batching, mixing, test sets and de-duplication shared by the three tasks.
 
     A subclass supplies `_row(rng, difficulty, label)` (label None: the task picks its natural
-    label), `_check_difficulty`, `label_of`, `to_text`, `encode` and `render`.
+    label), `_check_difficulty`, `label_of`, `to_text`, `from_text` and `render`.
     """
 
     name: str
@@ -98,7 +98,7 @@ class ReasoningTask:
 
     # Seed 002's facts about the task, read through the task registry (`task_class`) by the models, the
     # trainer, the CLI and the study: a new task declares them here and needs no entry anywhere else.
-    input_kind: str  # the models' perception: "graph" (node slots, adjacency, query) or "sequence" (a token string)
+    input_kind: str  # the models' perception: "graph" (node slots, adjacency, query) or "tokens" (a token string)
     paper_width: dict[str, int]  # the paper's model width for the task: dim, heads, ffn_dim
     paper_train_size: int  # training rows (task.train_size's default)
     eval_steps: tuple[int, ...]  # the test step budgets (task.eval_steps's default)
@@ -109,7 +109,7 @@ class ReasoningTask:
     @classmethod
     def task_shape(cls) -> dict:
         """What every model of this task shares (seed 002's table), as model config fields."""
-        return {"task_kind": cls.input_kind, "vocab_size": len(cls.vocab), "max_length": cls.max_length,
+        return {"input_kind": cls.input_kind, "vocab_size": len(cls.vocab), "max_length": cls.max_length,
                 **cls.paper_width}
 
     # ---------------------------------------------------------------- to implement per task

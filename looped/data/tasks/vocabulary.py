@@ -111,10 +111,6 @@ def to_batch(
     )
 
 
-# The names these had before they said their vocabulary.
-encode_text, decode_token, decode_text = encode_task_text, decode_task_token, decode_task_text
-
-
 def final_label_batch(symbols: np.ndarray, label: np.ndarray, length: int) -> SequenceBatch:
     """Rows BOS <symbols> '=' <label digit> EOS; `symbols` (n, length) are ASCII tokens, `label` 0..9."""
     n = symbols.shape[0]
