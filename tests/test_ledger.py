@@ -137,10 +137,10 @@ def test_state_bytes_match_the_decode_state(arch, overrides):
 # --- training: what an update really computes (forward + backward) ---------------------------------------------
 def counted_update(model, tokens: torch.Tensor) -> int:
     """FlopCounterMode's count of one training update's forward and backward, through the trainer's loss."""
-    from looped.train.tasks import LMTask
+    from looped.train.tasks import LMTrainTask
     model.train()
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        LMTask.loss(model, tokens).backward()
+        LMTrainTask.loss(model, tokens).backward()
     return counter.get_total_flops()
 
 
