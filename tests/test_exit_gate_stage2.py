@@ -66,12 +66,30 @@ def test_stage_two_objective_reads_the_models_own_step_losses():
 @pytest.mark.parametrize("overrides, message", [
     (["train.exit_gate_stage=3"], "train.exit_gate_stage must be 1 or 2"),
     (["train.exit_gate_stage=2"], "set train.init_from to a stage-1 run"),
-    (["train.exit_gate_stage=2", "train.init_from=somewhere", "train.max_flops=1e9"], "train.max_flops"),
     (["train.exit_gate_slope=0"], "train.exit_gate_slope must be > 0"),
 ])
 def test_bad_stage_settings_are_one_line_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
         load_run_config(base=TINY, overrides=overrides)
+
+
+def test_a_stage_two_update_is_counted_as_the_forward_it_runs():
+    """The LM is frozen, so an update back-propagates into the gate only: its FLOPs are one forward with the
+    training readout (FlopCounterMode on the real objective), not the ledger's 3 x forward of a stage-I update."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from looped.train.compute import UpdateFlops
+
+    model = tiny_model("exit_gate_loop")
+    stage_one = UpdateFlops(model, context=16, batch=2).steady
+    model.train_gate_only(GateTarget())
+    tokens = torch.randint(0, model.config.vocab_size, (2, 17))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        steps = model(tokens[:, :-1], with_exits=True)
+        model.objective(steps, tokens[:, 1:]).backward()
+    assert UpdateFlops(model, context=16, batch=2).steady == pytest.approx(counter.get_total_flops(), rel=0.02)
+    assert stage_one == pytest.approx(3 * UpdateFlops(model, context=16, batch=2).steady)
 
 
 def test_stage_two_of_another_architecture_is_refused():

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..models.ledger import model_ledger
+from ..models.ledger import TRAINING_FACTOR, model_ledger
 
 
 class UpdateFlops:
     """Training FLOPs of each update (3 x forward, the ledger's convention, or what the model's depth schedule runs
-    and back-propagates). Constant, except under a depth schedule that changes with the update (progressive): then
+    and back-propagates; 1 x forward where only an exit gate learns). Constant, except under a depth schedule that changes with the update (progressive): then
     one figure per update until the schedule settles, and the settled one after.
     `calls`: forward calls per update over every process (processes x accumulation steps); work the ledger counts
     once per call (the workspace fold) is paid per call. Held-out evaluation is not training and is not counted."""
@@ -23,6 +23,11 @@ class UpdateFlops:
     def __init__(self, model, context: int, batch: int, calls: int = 1):
         ledger = model_ledger(model, context)
         self.steady = ledger.training_flops(batch, calls)
+        if getattr(model, "gate_target", None) is not None:
+            # Ouro stage II: the LM is frozen and nothing back-propagates through it, so an update costs the forward
+            # with the training readout (head and gate every step); the gate's own backward, a few FLOPs per
+            # position and step, is left out
+            self.steady /= TRAINING_FACTOR
         rounds_at = getattr(model, "training_rounds", None)
         settles = getattr(model, "schedule_settles", 0) if rounds_at is not None else 0
         # updates 0 .. settles - 1, each with its own expected depth

@@ -128,9 +128,6 @@ def check_gate_stage(config: RunConfig) -> None:
     if config.train.init_from is None:
         raise ValueError("train.exit_gate_stage 2 trains the gate of a trained LM: set train.init_from to a "
                          "stage-1 run")
-    if config.train.max_flops is not None:
-        raise ValueError("train.max_flops: the FLOP ledger counts a full backward, stage 2 does not run one; "
-                         "budget train.exit_gate_stage 2 in train.max_steps or train.max_targets")
 
 
 def load_run_config(path: str | Path | list | None = None, overrides: list[str] | None = None,
