@@ -71,6 +71,19 @@ def train_tiny(out: Path, corpus: Path, model: dict) -> Path:
     return out
 
 
+def trainer_at_update_zero(config, out: Path):
+    """A Trainer for `config` (a RunConfig) set up in `out` as it stands before its first update (weights loaded,
+    optimizer made), its run lock released so the test can inspect it and leave."""
+    from looped.train import Trainer
+
+    trainer = Trainer(config, out, progress=False, log=lambda m: None)
+    try:
+        trainer._setup()
+    finally:
+        trainer.lock.release()
+    return trainer
+
+
 CORE = {"arch": "drt", "input_kind": "graph", "vocab_size": 27, "max_length": 20, "dim": 16, "heads": 2, "ffn_dim": 32,
         "depth_rows": 10, "steps_range": [2, 3], "layer_scale": None, "dropout": 0.0}
 

@@ -5,7 +5,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from helpers import tiny_run_config, write_config, write_text_corpus
+from helpers import tiny_run_config, trainer_at_update_zero, write_config, write_text_corpus
 
 from looped.cli import main
 from looped.data.checks import BOM, check_histograms, check_overlap, check_split, content_lines
@@ -131,11 +131,7 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path):
     Trainer(from_dict(RunConfig, tiny_run_config(corpus, data={"block_size": 65}, train={"max_steps": 3})), source,
             progress=False, log=lambda m: None).run()
     config = from_dict(RunConfig, fine_tune_config(tmp_path, source))
-    trainer = Trainer(config, tmp_path / "tuned", progress=False, log=lambda m: None)
-    try:
-        trainer._setup()  # the state at update 0, before any training
-    finally:
-        trainer.lock.release()
+    trainer = trainer_at_update_zero(config, tmp_path / "tuned")
     saved = load_file(str(source / "checkpoints" / "last" / "model.safetensors"))
     ours = trainer.model.state_dict()
     assert saved and all(ours[name].equal(tensor) for name, tensor in saved.items())

@@ -70,6 +70,22 @@ def test_ctrl_c_in_a_task_quickstart_names_the_quickstart_itself(tmp_path, monke
     assert "looped train" not in err
 
 
+def test_seed_trains_every_row_with_it_beside_the_default_run(tmp_path, monkeypatch, capsys):
+    """A second seed of a quickstart (how often does parity learn?) needs its own folder and must say which seed
+    it trained; the resume hint keeps the seed, or a resumed run would continue under another one."""
+    monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "parity": dataclasses.replace(
+        quick.QUICK_RECIPES["parity"], columns=(4, 32), test_rows=4)})
+    monkeypatch.chdir(tmp_path)
+    assert main(["quickstart", "--task", "parity", "--seed", "43", "--no-progress", *TINY_SEQUENCE]) == 0
+    folder = tmp_path / "runs" / "quickstart_parity_seed43"
+    assert json.loads((folder / "quickstart.json").read_text())["seed"] == {"RLT-1": 43, "Transformer": 43}
+    assert yaml.safe_load((folder / "rlt1" / "config.yaml").read_text())["train"]["seed"] == 43
+    interrupt_after_first_update(monkeypatch)
+    assert main(["quickstart", "--task", "parity", "--seed", "44", "--no-progress", *TINY_SEQUENCE]) == 130
+    assert "continue with: looped quickstart --task parity --out runs/quickstart_parity_seed44 --seed 44 " \
+        in capsys.readouterr().err
+
+
 def test_ctrl_c_in_the_text_quickstart_names_the_quickstart(tmp_path, monkeypatch, capsys):
     interrupt_after_first_update(monkeypatch)
     out = tmp_path / "qs"

@@ -18,10 +18,27 @@ from pathlib import Path
 from ..experiments import quickstart as quick
 
 
+def overrides(args) -> dict:
+    """The config changes the user asked for: --set, then --seed (train.seed of every row)."""
+    from ..config import merge, parse_overrides
+
+    changes = parse_overrides(args.set)
+    return changes if args.seed is None else merge(changes, {"train": {"seed": args.seed}})
+
+
+def default_out(args) -> Path:
+    """--out, else runs/quickstart[_TASK][_seedN]: another seed trains beside the default one, not over it."""
+    if args.out:
+        return Path(args.out)
+    return Path("runs/quickstart" + (f"_{args.task}" if args.task else "")
+                + (f"_seed{args.seed}" if args.seed is not None else ""))
+
+
 def resume_command(args, out: Path) -> str:
-    """The command that continues this quickstart: itself, with the same --out, --record and --set."""
+    """The command that continues this quickstart: itself, with the same --out, --record, --seed and --set."""
     words = ["looped", "quickstart"] + (["--task", args.task] if args.task else []) + ["--out", str(out)]
     words += ["--record", args.record] if args.record else []
+    words += ["--seed", str(args.seed)] if args.seed is not None else []
     for item in args.set:
         words += ["--set", item]
     return " ".join(shlex.quote(w) for w in words)
@@ -106,16 +123,14 @@ def earlier_minutes(out: Path) -> float:
 
 
 def cmd_task_quickstart(args) -> int:
-    from ..config import parse_overrides
-
     task = args.task
     spec = quick.recipe(task)
-    out = Path(args.out or f"runs/quickstart_{task}")
+    out = default_out(args)
     print(quick.task_eta_line(task, threads=1))
     if spec.caveat:
         print(f"note: {spec.caveat}")
     start = time.perf_counter()
-    configs = train_rows(task, out, parse_overrides(args.set), args)
+    configs = train_rows(task, out, overrides(args), args)
     score = score_sequence if spec.family == "sequence" else score_reasoning
     table, shown, verdict, numbers = score(task, out)
     minutes = (time.perf_counter() - start) / 60
@@ -126,6 +141,7 @@ def cmd_task_quickstart(args) -> int:
     print(f"{minutes:.1f} min (this call; a resumed quickstart counts only its own part)")
     extra = {**numbers, "minutes_this_call": round(minutes, 2),
              "minutes_all_calls": round(earlier_minutes(out) + minutes, 2), "overrides": list(args.set),
+             "seed": {row: c.train.seed for row, c in configs.items()},
              "updates": {row: c.train.max_steps for row, c in configs.items()}}
     quick.write_result(out / "quickstart.json", task, table, shown, verdict, extra)
     if args.record:
@@ -135,4 +151,4 @@ def cmd_task_quickstart(args) -> int:
     return 0
 
 
-__all__ = ["cmd_task_quickstart", "resume_command"]
+__all__ = ["cmd_task_quickstart", "default_out", "overrides", "resume_command"]

@@ -309,7 +309,7 @@ def cmd_quickstart(args) -> int:
 def text_quickstart(args) -> int:
     import torch
 
-    from ..config import from_dict, merge, parse_overrides
+    from ..config import from_dict, merge
     from ..data import load_streams, to_blocks
     from ..eval import evaluate_lm
     from ..eval.compressors import compressor_bits_per_byte, format_rates
@@ -317,10 +317,10 @@ def text_quickstart(args) -> int:
     from ..train import RunConfig, Trainer, load_model
     from ..train import checkpoint as ckpt
     from ..experiments.quickstart import eta_line
-    from .quickstart import resume_command
+    from .quickstart import default_out, overrides, resume_command
 
-    config = from_dict(RunConfig, merge(QUICKSTART, parse_overrides(args.set)))
-    out = Path(args.out or "runs/quickstart")
+    config = from_dict(RunConfig, merge(QUICKSTART, overrides(args)))
+    out = default_out(args)
     threads = config.train.threads or torch.get_num_threads()
     print(eta_line("(KJV bytes)", *TEXT_QUICKSTART_MINUTES, threads))
     start = time.perf_counter()
@@ -443,6 +443,8 @@ def _add_quickstart(sub) -> None:
                                                     "(e.g. results/quickstart/parity.json)")
     p.add_argument("--prompt", default="And God said")
     p.add_argument("--sample-bytes", type=int, default=300)
+    p.add_argument("--seed", type=int, help="training seed of every model it trains (default: the recipe's, 42); "
+                                            "the run folder defaults to runs/quickstart[_TASK]_seedN")
     p.add_argument("--no-progress", action="store_true")
     add_set(p)
     p.set_defaults(func=cmd_quickstart)
