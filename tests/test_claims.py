@@ -63,7 +63,7 @@ def test_new_result_rows_record_the_machine_and_old_rows_load(tmp_path):
     rows = list(csv.DictReader(open(path)))
     assert [r["machine"] for r in rows] == ["", machine()]
     assert "torch " in machine() and "thread" in machine()
-    assert machines_line(rows).startswith("Rows ran on: unrecorded")
+    assert machines_line(rows).startswith("Rows ran on: not recorded (1 rows)")
 
 
 def test_the_readme_claims_summary_is_generated_from_the_csvs(tmp_path):

@@ -156,10 +156,11 @@ def claims_markdown(title: str, intro: str, claims: Sequence[Claim]) -> str:
 
 
 def machines_line(rows: list[dict]) -> str:
-    """Which machines the finished rows ran on, with counts (rows from before the column: "unrecorded")."""
+    """Which machines the finished rows ran on, with counts ("not recorded": rows written before the column, and
+    rows of sessions 11-12 whose machine was dropped when they were copied from their worktree)."""
     counts: dict[str, int] = {}
     for row in rows:
-        name = row.get("machine") or "unrecorded (rows written before session 11)"
+        name = row.get("machine") or "not recorded"
         counts[name] = counts.get(name, 0) + 1
     return "Rows ran on: " + ", ".join(f"{name} ({n} rows)" for name, n in counts.items()) + "." if counts else ""
 
