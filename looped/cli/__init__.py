@@ -10,7 +10,7 @@
     reproduce.py  reproduce <study> (one sub-command per registered study: clw, drt, rlt and plugins')
     compare.py    compare (does looping pay on my data? rows at equal parameters / FLOPs)
     ecosystem.py  push (Hugging Face Hub), lm-eval (lm-evaluation-harness): the optional integrations
-    bench         looped.bench.register_cli: bench train | decode | exit | ddp | rlt | think | clw | scaling
+    bench         looped.bench.register_cli: bench train | decode | exit | ddp | rlt | think | clw | scaling | replot
 
 `looped` (the console script) is `main`; `python -m looped.cli ...` runs the same (torchrun uses it).
 """
