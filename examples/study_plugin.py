@@ -1,7 +1,8 @@
 """A new study in one file: does feedback (RLT-1) beat a plain Transformer past the training length on parity?
 
 A study is a `StudySpec` registered with the engine (looped.experiments.study): its axes, the `Study` that
-builds each run's config and scores it, its recipes. Planning, claiming, training, resuming, --status,
+builds each run's config and scores it (a `StudyBase` subclass: the engine's defaults fill in the rest), its
+recipes. Planning, claiming, training, resuming, --status,
 --stop-after, --set and the `looped reproduce` sub-command come from the engine:
 
     export LOOPED_PLUGINS=examples/study_plugin.py
@@ -21,7 +22,7 @@ from looped.eval.lengths import evaluate_lengths
 from looped.experiments.render import groups, heading, key, markdown, percent_of, table, write_table
 from looped.experiments.report import cell
 from looped.experiments.results import OVERRIDES, ResultTable
-from looped.experiments.study import Axis, Recipe, RunSummary, StudySpec, register_study
+from looped.experiments.study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
 from looped.train import RunConfig, load_model
 from looped.train import checkpoint as ckpt
 
@@ -46,15 +47,14 @@ def recipe(row: str) -> dict:
     return {"model": dict(ROWS[row]), **RECIPE}
 
 
-class FeedbackParity:
+class FeedbackParity(StudyBase):
     """Each (row, seed): train the recipe, score final-state accuracy at every test length."""
-
-    trains = True
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
                  test_size: int = 256):
-        self.out, self.runs, self.overrides, self.test_size = out, runs, overrides or {}, test_size
-        self.results = ResultTable(out / "results.csv", COLUMNS, ["row", "seed"], extra=(OVERRIDES,))
+        super().__init__(out, runs, scale=scale, overrides=overrides)
+        self.test_size = test_size
+        self.results = ResultTable(self.out / "results.csv", COLUMNS, ["row", "seed"], extra=(OVERRIDES,))
 
     def config(self, key: dict) -> RunConfig:
         return from_dict(RunConfig, merge(merge(recipe(key["row"]), {"train": {"seed": key["seed"]}}),
@@ -62,12 +62,6 @@ class FeedbackParity:
 
     def folder(self, key: dict) -> Path:
         return self.runs / key["row"] / f"seed{key['seed']}"
-
-    def failure_key(self, key: dict, config) -> dict:
-        return key
-
-    def prepare(self, plan: list[dict], log) -> None:
-        pass
 
     def evaluate(self, key: dict, config, run: RunSummary, log) -> None:
         model, _ = load_model(ckpt.run_checkpoint(run.folder, "best"))

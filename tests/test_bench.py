@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 import pytest
 
@@ -213,3 +214,13 @@ def test_replot_draws_a_committed_record_again_and_refuses_another_benchmarks(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a `looped bench rlt` record" in err[0]
     assert not (tmp_path / "x.png").exists()
+
+
+def test_bench_help_lists_replot_beside_the_benchmarks(capsys):
+    """`looped bench --help` is where a user finds `replot`: the sub-command list must name it."""
+    from looped.cli import main
+
+    assert main(["bench", "--help"]) == 0
+    listed = re.search(r"\{([\w,]+)\}", capsys.readouterr().out)  # the sub-command list, {train,decode,...}
+    assert listed, "no sub-command list in `looped bench --help`"
+    assert set(listed.group(1).split(",")) == {*BENCHES, "replot"}

@@ -76,3 +76,25 @@ def test_every_registered_study_has_a_reproduce_command_with_its_axes_as_options
 def test_a_study_name_is_registered_once():
     with pytest.raises(ValueError, match="already registered"):
         engine.register_study(_spec(name="rlt"))
+
+
+def test_a_failed_row_names_the_architecture_unless_the_key_already_does(tmp_path):
+    """StudyBase.failure_key: a failed run must still say which architecture failed where arch is a column but
+    not a key (RLT, CLW, board); a key holding arch (DRT) keeps its own value; a table without arch, the key."""
+    from types import SimpleNamespace
+
+    from looped.experiments.results import ResultTable
+
+    config = SimpleNamespace(model=SimpleNamespace(arch="rlt_baseline"))
+
+    def study(columns: list[str], key: list[str]) -> engine.StudyBase:
+        built = engine.StudyBase(tmp_path, tmp_path / "runs")
+        built.results = ResultTable(tmp_path / f"{'_'.join(columns)}.csv", columns, key)
+        return built
+
+    key = {"task": "parity", "seed": 1}
+    named = study(["task", "seed", "arch", "status"], ["task", "seed"]).failure_key(key, config)
+    assert named == {**key, "arch": "rlt_baseline"}
+    assert study(["task", "seed", "status"], ["task", "seed"]).failure_key(key, config) == key
+    keyed = {"task": "parity", "arch": "drt", "seed": 1}
+    assert study(["task", "arch", "seed", "status"], ["task", "arch", "seed"]).failure_key(keyed, config) == keyed

@@ -83,7 +83,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     """Add `bench` with its own sub-commands to a CLI's subparsers; the CLI then calls `args.func(args)`."""
     parser = subparsers.add_parser("bench", help="run a benchmark and write its JSON result",
                                    description=__doc__.splitlines()[0])
-    add_arguments(parser.add_subparsers(dest="bench", required=True, metavar="{" + ",".join(BENCHES) + "}"))
+    add_arguments(parser.add_subparsers(dest="bench", required=True))  # argparse lists every name, replot too
     return parser
 
 

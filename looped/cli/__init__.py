@@ -10,7 +10,7 @@
     reproduce.py  reproduce <study> (one sub-command per registered study: clw, drt, rlt and plugins')
     compare.py    compare (does looping pay on my data? rows at equal parameters / FLOPs)
     ecosystem.py  push (Hugging Face Hub), lm-eval (lm-evaluation-harness): the optional integrations
-    bench         looped.bench.register_cli: bench train | decode | exit | ddp | rlt | think | clw | scaling
+    bench         looped.bench.register_cli: bench train | decode | exit | ddp | rlt | think | clw | scaling | replot
 
 `looped` (the console script) is `main`; `python -m looped.cli ...` runs the same (torchrun uses it).
 """
@@ -22,7 +22,7 @@ import argparse
 from ..bench import register_cli as add_bench_commands
 from . import compare, configs, data, depth, ecosystem, reasoning, reproduce, rlt, run
 from ..config import ConfigError
-from .common import OneLineParser, describe, fail, run_command
+from .common import OneLineParser, describe, fail, one_line_warnings, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with one_line_warnings():
+        return parse_and_run(argv)
+
+
+def parse_and_run(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
     except ConfigError as err:  # a broken plugin (its studies are sub-commands): one line, like any user error

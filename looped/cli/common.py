@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]  # looped/: a warning whose frame is in here is looped's own
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -37,6 +42,29 @@ def print_json(result: dict, out: str | None = None) -> None:
 def fail(message: str, code: int = 2) -> int:
     print(f"looped: error: {message}", file=sys.stderr)
     return code
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """While the CLI runs, looped's own FutureWarning / DeprecationWarning (an old config spelling) print as one
+    line, `looped: warning: ...`, like its errors, instead of Python's file:line plus the source line. Other
+    warnings keep Python's format, and everything is restored on exit, so library use is untouched."""
+    with warnings.catch_warnings():  # restores showwarning and the filters when the command ends
+        python_format = warnings.showwarning
+        warnings.filterwarnings("default", category=DeprecationWarning, module=r"looped(\.|$)")  # hidden otherwise
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, (FutureWarning, DeprecationWarning)) and from_looped(filename):
+                print(f"looped: warning: {message}", file=file or sys.stderr)
+            else:
+                python_format(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
+def from_looped(filename: str) -> bool:
+    return Path(filename).resolve().is_relative_to(PACKAGE)
 
 
 def user_error_types() -> tuple[type, ...]:

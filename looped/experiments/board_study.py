@@ -32,7 +32,7 @@ from .board_scores import score_lm, score_reasoning, score_sequence, trained_dep
 from .drt_study import TestSets
 from .report import cell
 from .results import OVERRIDES, ResultTable
-from .study import Axis, Recipe, RunSummary, StudySpec, register_study
+from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
 
 KEY = ["seed", "task", "family"]
 COLUMNS = [*KEY, "arch", "parameters", "dim", "updates", "training_flops", "score", "trained_depth",
@@ -43,18 +43,16 @@ def results_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "results.csv", COLUMNS, KEY, extra=(OVERRIDES,))
 
 
-class BoardStudy:
+class BoardStudy(StudyBase):
     """Every (seed, suite, family) run: trained, scored on its suite (and over depths), its FLOPs counted.
 
     test_size: test rows per length (sequence suites) or per difficulty (reasoning), default the scale's
     (board.TEST_SIZE); depth_rows: rows per length of the depth sweep (default half of test_size); lengths: a
     shorter test grid for every sequence suite (None: each suite's own)."""
 
-    trains = True
-
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
                  test_size: int | None = None, depth_rows: int | None = None, lengths: list[int] | None = None):
-        self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
+        super().__init__(out, runs, scale=scale, overrides=overrides)
         self.test_size, self.depth_rows, self.lengths = test_size, depth_rows, lengths
         self.results = results_table(self.out)
         self.test_cache: dict = {}  # sequence test rows, shared by every family and seed
@@ -68,12 +66,6 @@ class BoardStudy:
 
     def folder(self, key: dict) -> Path:
         return self.runs / key["task"] / key["family"] / f"seed{key['seed']}"
-
-    def failure_key(self, key: dict, config: RunConfig) -> dict:
-        return {**key, "arch": config.model.arch}
-
-    def prepare(self, plan: list[dict], log) -> None:
-        pass  # every score of a run is taken right after it trains
 
     def sizes(self, kind: str) -> tuple[int | None, int | None]:
         """(test rows, depth-sweep rows) per length or difficulty for a suite kind at this scale."""

@@ -25,7 +25,7 @@ from .render import (Column, Group, buckets, groups, heading, key, markdown, mat
                      parameters, section, spread_of, table, write_table)
 from .report import MISSING, cell, column, figure, finished
 from .results import OVERRIDES, ResultTable
-from .study import Axis, Flag, Recipe, RunSummary, StudySpec, pending_runs, register_study
+from .study import Axis, Flag, Recipe, RunSummary, StudyBase, StudySpec, pending_runs, register_study
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status", "machine"]
@@ -54,15 +54,14 @@ def results_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "results.csv", COLUMNS, ["corpus", "row", "seed"], extra=(OVERRIDES,))
 
 
-class ClwStudy:
+class ClwStudy(StudyBase):
     """Seed 000's study: every row x corpus x seed, held-out scores by position, test-time rounds and the
     early-exit sweep of the looped rows."""
 
-    trains = True
-
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
                  budget: str = "small"):
-        self.out, self.runs, self.scale, self.budget, self.overrides = Path(out), Path(runs), scale, budget, overrides
+        super().__init__(out, runs, scale=scale, overrides=overrides)
+        self.budget = budget
         self.results = results_table(self.out)
         self.by_rounds = ResultTable(self.out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
         self.exits = ResultTable(self.out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
@@ -74,9 +73,6 @@ class ClwStudy:
 
     def folder(self, key: dict) -> Path:
         return run_folder(self.runs, key)
-
-    def failure_key(self, key: dict, config: RunConfig) -> dict:
-        return {**key, "arch": config.model.arch}
 
     def prepare(self, plan: list[dict], log) -> None:
         backfill_positions(plan, self.results, self.positions, self.runs, log)

@@ -39,7 +39,7 @@ from .drt_claims import CLAIMS
 from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, percent_of,
                      section, spread_of, table, write_table)
 from .report import MISSING, cell, column, finished, percent, spread
-from .study import Axis, Flag, Recipe, RunSummary, StudySpec, register_study
+from .study import Axis, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
 from .results import OVERRIDES, ResultTable
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
@@ -136,7 +136,7 @@ def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets,
                                                     out / "grids" / f"{name}_cross.csv")})
 
 
-class DrtStudy:
+class DrtStudy(StudyBase):
     """Seed 002's study: every (task, arch, alpha, seed), each scored on its test grid, by the other negative
     generator (graph), and by the depth-embedding diagnostic (the core). With `shortcuts_only` it trains
     nothing: the family recipes' shortcut baselines are scored, then the report is rewritten."""
@@ -144,7 +144,7 @@ class DrtStudy:
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
                  shortcuts_only: bool = False, diagnostic_per_bucket: int | None | str = "scale",
                  eval_batch_size: int = 256):
-        self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides
+        super().__init__(out, runs, scale=scale, overrides=overrides)
         self.trains = not shortcuts_only
         if diagnostic_per_bucket == "scale":  # a sample of each test bucket at CPU scale, every row at full
             diagnostic_per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if scale == "cpu" else None
@@ -165,9 +165,6 @@ class DrtStudy:
 
     def folder(self, key: dict) -> Path:
         return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
-
-    def failure_key(self, key: dict, config: RunConfig) -> dict:
-        return key
 
     def prepare(self, plan: list[dict], log) -> None:
         backfill_cross(self.results, self.out, self.runs, self.tests, self.batch_size, log)

@@ -28,7 +28,7 @@ from .render import (Column, Group, bullets, groups, heading, left, markdown, ma
 from .report import MISSING, cell, column
 from .results import OVERRIDES, ResultTable
 from .rlt_claims import CLAIMS
-from .study import Axis, Recipe, RunSummary, StudySpec, register_study
+from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -46,19 +46,17 @@ def results_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"], extra=(OVERRIDES,))
 
 
-class RltStudy:
+class RltStudy(StudyBase):
     """Seed 003's study: every (task, seed, row), each scored over its task's test-length grid from the best
     checkpoint (and with shuffled feedback where it has a register).
 
     test_size: rows per test length (None: the paper's 1,024, addition 256); test_lengths: {task: lengths}
     to shorten a grid (None: the full grid)."""
 
-    trains = True
-
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
                  test_size: int | None = None, test_lengths: dict[str, list[int]] | None = None,
                  eval_batch_size: int = 256):
-        self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides
+        super().__init__(out, runs, scale=scale, overrides=overrides)
         self.test_size, self.test_lengths, self.batch_size = test_size, test_lengths, eval_batch_size
         self.results = results_table(self.out)
         self.lengths = ResultTable(self.out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
@@ -69,12 +67,6 @@ class RltStudy:
 
     def folder(self, key: dict) -> Path:
         return self.runs / key["task"] / key["row"] / f"seed{key['seed']}"
-
-    def failure_key(self, key: dict, config: RunConfig) -> dict:
-        return {**key, "arch": config.model.arch}
-
-    def prepare(self, plan: list[dict], log) -> None:
-        pass  # every score of a run is taken right after it trains
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         task, seed, row = key["task"], key["seed"], key["row"]

@@ -3,7 +3,8 @@
 A spec declares what differs between papers: its axes (the key columns of its results.csv, each one option of
 `looped reproduce <name>`), how a `Study` object is built for a results folder, its recipes (the YAML files
 under configs/<name>/), optionally a default plan, and a toy setting the shared study drivers train in seconds.
-The `Study` it builds knows one run: its config, its folder, how to score it, and how to write the report.
+The `Study` it builds knows one run: its config, its folder, how to score it, and how to write the report;
+`StudyBase` holds the defaults most studies share (it trains, `prepare` does nothing, a failed row names its arch).
 
 The engine owns the rest: planning (the product of the axes, filtered by the spec), claiming each run
 (several processes may share a study), training or resuming it, recording a failure as a row, one `RunSummary`
@@ -145,6 +146,26 @@ class Study(Protocol):
 
     def report(self) -> None:
         """Rewrite tables, plots and claims.md from the CSVs (rows of other processes included)."""
+
+
+class StudyBase:
+    """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `folder`,
+    `evaluate` and `report`. It trains, scores every run right after training (nothing for `prepare`), and
+    a failed run's row carries the architecture where results.csv has such a column."""
+
+    results: ResultTable  # set by the subclass
+    trains = True
+
+    def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None):
+        self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
+
+    def failure_key(self, key: dict, config) -> dict:
+        if "arch" in self.results.columns and "arch" not in key:  # the key alone would not say what failed
+            return {**key, "arch": config.model.arch}
+        return key
+
+    def prepare(self, plan: list[dict], log) -> None:
+        pass  # every score of a run is taken right after it trains
 
 
 # --- the registry ------------------------------------------------------------------------------------------------
@@ -392,6 +413,6 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["Axis", "Flag", "Recipe", "RunSummary", "Study", "StudySpec", "build", "execute", "get_study", "parse_select",
-           "pending_runs", "plan_keys", "register_study", "run_study", "status", "status_report", "study_names",
-           "write_recipes", "write_report"]
+__all__ = ["Axis", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "build", "execute", "get_study",
+           "parse_select", "pending_runs", "plan_keys", "register_study", "run_study", "status", "status_report",
+           "study_names", "write_recipes", "write_report"]
