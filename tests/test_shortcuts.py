@@ -35,8 +35,8 @@ def test_threshold_finds_the_separating_cut_in_either_direction():
 
 def test_family_cues_read_the_query_word_and_the_stated_offsets():
     task = FamilyRelations()
-    row = task.encode("Alice is the parent of Bob . Bob is the child of Carl . Dora is the parent of Eve . "
-                      "query : Alice is the grandparent of Carl")
+    row = task.from_text("Alice is the parent of Bob . Bob is the child of Carl . Dora is the parent of Eve . "
+                         "query : Alice is the grandparent of Carl")
     cues = family_cues(row, task.vocab)
     # Stated offsets +1, -1, +1 (sum 1); queried +2 (grandparent) at chain depth 2.
     assert cues["relation word + depth"].tolist() == [[2, 2]]
