@@ -46,6 +46,17 @@ def published_cells(family: str, suites: list[str]) -> list[str]:
     return cells
 
 
+def short_budget_note(tasks: dict) -> str:
+    """Why the CPU task budgets are short, and what a cell at chance therefore means."""
+    from .rlt import CPU_STEPS  # the seed-003 study's recipe lengths
+    chomsky_updates, parity_updates = tasks["chomsky"][1], tasks["sequence"][1]
+    return (f" These task budgets are short so that three seeds of every cell fit the CPU plan: "
+            f"{chomsky_updates / chomsky.PUBLISHED_STEPS:.1%} of the published Chomsky budget, and "
+            f"{parity_updates:,} parity updates where the seed-003 study trains RLT-1 for {CPU_STEPS['parity']:,} "
+            "(results/rlt_cpu). A cell at chance says the row did not learn the suite within this budget, "
+            "not that it cannot.")
+
+
 def header(scale: str, results: ResultTable) -> list[str]:
     lm, tasks = board.LM_BUDGET[scale], board.TASK_BUDGET[scale]
     rest = [s for s in board.SUITES if s not in board.CPU_SUITES]
@@ -61,12 +72,12 @@ def header(scale: str, results: ResultTable) -> list[str]:
               f"every row (Chomsky {tasks['chomsky'][1]:,} x {tasks['chomsky'][0]} rows, seed 003 "
               f"{tasks['sequence'][1]:,} x {tasks['sequence'][0]}, seed 002 {tasks['reasoning'][1]:,} x "
               f"{tasks['reasoning'][0]}); their training FLOPs, counted by the ledger over the batches trained, are "
-              "stated per cell.")
+              "stated per cell." + (short_budget_note(tasks) if scale == "cpu" else ""))
     scores = ("**Scores** (mean ± sample SD over seeds, n = seeds finished): "
               + "; ".join(f"{kind}: {what} ({unit}, {'higher' if up else 'lower'} is better)"
                           for kind, (what, unit, up) in board.METRICS.items())
               + ". *Published*: " + chomsky.CITATION
-              + " (their budget: 1,000,000 steps, best of 10 seeds x 3 learning rates).")
+              + f" (their budget: {chomsky.PUBLISHED_STEPS:,} steps, best of 10 seeds x 3 learning rates).")
     return heading(f"Leaderboard at {'CPU scale' if scale == 'cpu' else 'full scale'}", results.rows, plan, budget,
                    scores)
 
@@ -101,7 +112,7 @@ def score_table(results: ResultTable, suites: list[str]) -> list[str]:
     lines = table([LABEL, PARAMETERS, flops, *(family_cell(suite, notes) for suite in suites)],
                   families(results, keep_empty=True))
     for family, label in PUBLISHED_ROWS.items():
-        lines.append(f"| {label} | | 1,000,000 steps | " + " | ".join(published_cells(family, suites)) + " |")
+        lines.append(f"| {label} | | {chomsky.PUBLISHED_STEPS:,} steps | " + " | ".join(published_cells(family, suites)) + " |")
     return lines + ["", *(f"- ({mark}) {reason}" for reason, mark in notes.items())]
 
 

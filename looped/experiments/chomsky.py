@@ -23,6 +23,7 @@ causal, which the ∅ format makes fair (every output position sees the whole in
 
 from __future__ import annotations
 
+PUBLISHED_STEPS = 1_000_000  # their training budget (Adam steps) behind every published figure
 CITATION = ("Delétang et al., Neural Networks and the Chomsky Hierarchy, ICLR 2023 (arXiv 2207.02098), Table 2; "
             "see looped/experiments/chomsky.py for where each figure was read")
 
