@@ -1,0 +1,64 @@
+"""The README's `looped compare` block (looped.experiments.compare_front): generated from the committed
+results/compare/kjv_*steps/table.json files (stale = a failing test), budgets in order of updates, and the
+in-words tally counting a difference only beyond two standard errors. Fake tables live in tmp folders only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from looped.experiments import compare_front
+from looped.experiments.summary import rewrite_readme
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results"
+FLOOR = {"sha256": "ab", "bytes": 16, "rates": {"gzip -9": 2.5}}
+
+
+def row(name: str, mean: float, sd: float | None, seeds: int = 3, updates: int = 90) -> dict:
+    return {"row": name, "arch": name.split("@")[0], "seeds": seeds, "parameters": 1000, "updates": updates,
+            "bits_per_byte_mean": mean, "bits_per_byte_sd": sd}
+
+
+def write(results: Path, steps: int, rows: list[dict]) -> None:
+    folder = results / "compare" / f"kjv_{steps}steps"
+    folder.mkdir(parents=True)
+    (folder / "table.json").write_text(json.dumps({"rows": rows, "verdicts": [f"verdict at {steps}"],
+                                                   "floor": FLOOR, "plan": {"steps": steps}}))
+
+
+def test_the_readme_compare_block_is_generated_from_the_committed_tables(tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    stale = "README's compare block is stale: python -m looped.experiments.summary README.md"
+    assert compare_front.compare_block(RESULTS) in readme.read_text(), stale
+    assert not rewrite_readme(readme, RESULTS), stale
+
+
+def test_budgets_are_columns_in_order_of_updates_and_rows_missing_from_one_show_a_dash(tmp_path):
+    results = tmp_path / "results"
+    write(results, 270, [row("transformer", 3.0, 0.01), row("workspace", 2.9, 0.01)])
+    write(results, 90, [row("transformer", 3.3, 0.01)])  # written second, shown first
+    block = compare_front.compare_block(results)
+    header = next(line for line in block.splitlines() if line.startswith("| row |"))
+    assert header.index("90 updates") < header.index("270 updates")
+    (workspace,) = [line for line in block.splitlines() if line.startswith("| workspace |")]
+    assert workspace.split("|")[2].strip() == "–"
+    assert "2.900 ± 0.010 (n=3)" in workspace
+    assert block.index("verdict at 90") < block.index("verdict at 270")
+
+
+def test_the_tally_counts_only_differences_beyond_two_standard_errors(tmp_path):
+    results = tmp_path / "results"
+    write(results, 90, [row("transformer", 3.00, 0.01), row("shared_loop", 2.90, 0.01),  # 10 SE: better
+                        row("workspace", 2.99, 0.01),  # 0.01 < 2 x 0.008: indistinguishable
+                        row("anchored_loop", 2.95, None, seeds=1),  # one seed: no SD, cannot be told apart
+                        row("transformer@flops", 2.80, 0.01, updates=300)])
+    words = next(line for line in compare_front.compare_block(results).splitlines() if "In words" in line)
+    assert "at equal parameters the looped rows against the plain one: 1 better, 2 indistinguishable" in words
+    assert "at equal training FLOPs the looped rows against the plain one: 2 worse, 1 indistinguishable" in words
+
+
+def test_no_committed_comparison_says_so(tmp_path):
+    assert "No `looped compare` result is committed yet." in compare_front.compare_block(tmp_path)
