@@ -4,14 +4,12 @@ byte-identically is a shared study driver, tests/study_drivers.py)."""
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import pytest
 
 from looped.experiments.claims import Claim, ahead, at_least, at_most, claims_markdown, machines_line
 from looped.experiments.results import ResultTable, machine
-from looped.experiments.summary import rewrite_readme, summary_block
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -64,13 +62,6 @@ def test_new_result_rows_record_the_machine_and_old_rows_load(tmp_path):
     assert [r["machine"] for r in rows] == ["", machine()]
     assert "torch " in machine() and "thread" in machine()
     assert machines_line(rows).startswith("Rows ran on: not recorded (1 rows)")
-
-
-def test_the_readme_claims_summary_is_generated_from_the_csvs(tmp_path):
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
-    assert not rewrite_readme(readme, RESULTS), "README's claims summary is stale: python -m looped.experiments.summary"
-    assert summary_block(RESULTS) in readme.read_text()
 
 
 def test_report_option_rewrites_tables_and_claims_without_training(tmp_path, capsys):

@@ -1,18 +1,14 @@
 """The README's `looped compare` block (looped.experiments.compare_front): generated from the committed
-results/compare/kjv_*steps/table.json files (stale = a failing test), budgets in order of updates, and the
+results/compare/kjv_*steps/table.json files (staleness: tests/test_readme_blocks.py), budgets in order of updates, and the
 in-words tally counting a difference only beyond two standard errors. Fake tables live in tmp folders only."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from looped.experiments import compare_front
-from looped.experiments.summary import rewrite_readme
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "results"
 FLOOR = {"sha256": "ab", "bytes": 16, "rates": {"gzip -9": 2.5}}
 
 
@@ -26,14 +22,6 @@ def write(results: Path, steps: int, rows: list[dict]) -> None:
     folder.mkdir(parents=True)
     (folder / "table.json").write_text(json.dumps({"rows": rows, "verdicts": [f"verdict at {steps}"],
                                                    "floor": FLOOR, "plan": {"steps": steps}}))
-
-
-def test_the_readme_compare_block_is_generated_from_the_committed_tables(tmp_path):
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
-    stale = "README's compare block is stale: python -m looped.experiments.summary README.md"
-    assert compare_front.compare_block(RESULTS) in readme.read_text(), stale
-    assert not rewrite_readme(readme, RESULTS), stale
 
 
 def test_budgets_are_columns_in_order_of_updates_and_rows_missing_from_one_show_a_dash(tmp_path):

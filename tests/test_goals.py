@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from looped.eval.reasoning import AccuracyGrid
-from looped.experiments.goals import (GOALS, STATUSES, goals_block, judged, logic_goal, most_seeds, parity_goal,
+from looped.experiments.goals import (GOALS, STATUSES, judged, logic_goal, most_seeds, parity_goal,
                                       quickstart_goal)
 from looped.experiments.report import MISSING, each, span
-from looped.experiments.summary import rewrite_readme
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
-
-
-def test_the_readme_learning_goals_are_generated_from_the_results(tmp_path):
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
-    stale = "README's learning goals are stale: python -m looped.experiments.summary README.md"
-    assert not rewrite_readme(readme, RESULTS), stale
-    assert goals_block(RESULTS) in readme.read_text()
 
 
 def test_every_goal_has_a_status_and_names_where_its_figures_live():
