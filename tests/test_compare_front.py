@@ -1,6 +1,6 @@
-"""The README's `looped compare` block (looped.experiments.compare_front): generated from the committed
-results/compare/kjv_*steps/table.json files (staleness: tests/test_readme_blocks.py), budgets in order of updates, and the
-in-words tally counting a difference only beyond two standard errors. Fake tables live in tmp folders only."""
+"""The README's `looped compare` block (looped.experiments.compare_front): budgets in order of updates, rows
+missing from one budget shown as a dash, and the in-words tally counting a difference only beyond two standard
+errors (staleness against the committed tables: tests/test_readme_blocks.py). Fake tables live in tmp folders."""
 
 from __future__ import annotations
 
