@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from looped.experiments import board, board_front, board_study
+from looped.experiments import board, board_front, board_report, board_study
 from looped.experiments.summary import replace_block, rewrite_readme
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def test_a_partial_csv_shows_means_seed_counts_and_what_has_not_run(partial):
     transformer = dict(zip(header, row_of(block, "Transformer")))
     assert transformer["kjv"] == "2.550"  # all three seeds: no n
     assert transformer["parity_check"] == "55.0 (n=2)"
-    assert transformer["parity"] == board_front.NOT_RUN_YET
+    assert transformer["parity"] == board_report.NOT_RUN
     assert transformer["graph"] == "n/a"
     assert dict(zip(header, row_of(block, "LSTM")))["parity_check"] == "100.0 (n=1)"
     assert dict(zip(header, row_of(block, "RLT-1 (seed 003)")))["reverse_string"] == "failed"
@@ -68,12 +68,12 @@ def test_a_partial_csv_shows_means_seed_counts_and_what_has_not_run(partial):
     assert "[the full table](results/board_cpu/table.md)" in block
 
 
-def test_without_results_every_runnable_cell_is_not_run_yet(tmp_path):
+def test_without_results_every_runnable_cell_is_not_run(tmp_path):
     block = board_front.front_block(tmp_path)
     suites = row_of(block, "family")
     assert set(suites) == set(board.CPU_SUITES)
     for family in board.FAMILIES:
-        expected = ["n/a" if board.cannot_run(family, s) else board_front.NOT_RUN_YET for s in suites]
+        expected = ["n/a" if board.cannot_run(family, s) else board_report.NOT_RUN for s in suites]
         assert row_of(block, board.LABELS[family]) == expected, family
     assert not (tmp_path / board_front.FOLDER).exists()  # reading the block writes nothing
 
