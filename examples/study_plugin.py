@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from looped.config import from_dict, merge
+from looped.config import merge
 from looped.eval.lengths import evaluate_lengths
 from looped.experiments.render import groups, heading, key, markdown, percent_of, table, write_table
 from looped.experiments.report import cell
-from looped.experiments.results import OVERRIDES, ResultTable
+from looped.experiments.results import study_results
 from looped.experiments.study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
 from looped.train import RunConfig, load_model
 from looped.train import checkpoint as ckpt
+from looped.train.config import recipe_config
 
 ROWS = {  # row -> model section: the same width and total depth 2
     "plain": {"arch": "rlt_baseline", "dim": 32, "heads": 4, "ffn_dim": 64, "layers": 2},
@@ -54,14 +55,10 @@ class FeedbackParity(StudyBase):
                  test_size: int = 256):
         super().__init__(out, runs, scale=scale, overrides=overrides)
         self.test_size = test_size
-        self.results = ResultTable(self.out / "results.csv", COLUMNS, ["row", "seed"], extra=(OVERRIDES,))
+        self.results = study_results(self.out, COLUMNS, ["row", "seed"])
 
     def config(self, key: dict) -> RunConfig:
-        return from_dict(RunConfig, merge(merge(recipe(key["row"]), {"train": {"seed": key["seed"]}}),
-                                          self.overrides))
-
-    def folder(self, key: dict) -> Path:
-        return self.runs / key["row"] / f"seed{key['seed']}"
+        return recipe_config(merge(recipe(key["row"]), {"train": {"seed": key["seed"]}}), self.overrides)
 
     def evaluate(self, key: dict, config, run: RunSummary, log) -> None:
         model, _ = load_model(ckpt.run_checkpoint(run.folder, "best"))

@@ -5,16 +5,13 @@ only."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from looped.experiments import board, board_front, board_study
+from looped.experiments import board, board_front, board_report, board_study
 from looped.experiments.summary import replace_block, rewrite_readme
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "results"
 
 
 def add_rows(folder: Path, task: str, family: str, scores, status: str = "ok") -> None:
@@ -43,14 +40,6 @@ def partial(tmp_path) -> Path:
 
 
 # --- the README block -------------------------------------------------------------------------------------------
-def test_the_readme_leaderboard_block_is_generated_from_the_committed_results(tmp_path):
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
-    stale = "README's leaderboard block is stale: python -m looped.experiments.summary README.md"
-    assert board_front.front_block(RESULTS) in readme.read_text(), stale
-    assert not rewrite_readme(readme, RESULTS), stale
-
-
 def test_a_partial_csv_shows_means_seed_counts_and_what_has_not_run(partial):
     block = board_front.front_block(partial)
     header = row_of(block, "family")
@@ -58,7 +47,7 @@ def test_a_partial_csv_shows_means_seed_counts_and_what_has_not_run(partial):
     transformer = dict(zip(header, row_of(block, "Transformer")))
     assert transformer["kjv"] == "2.550"  # all three seeds: no n
     assert transformer["parity_check"] == "55.0 (n=2)"
-    assert transformer["parity"] == board_front.NOT_RUN_YET
+    assert transformer["parity"] == board_report.NOT_RUN
     assert transformer["graph"] == "n/a"
     assert dict(zip(header, row_of(block, "LSTM")))["parity_check"] == "100.0 (n=1)"
     assert dict(zip(header, row_of(block, "RLT-1 (seed 003)")))["reverse_string"] == "failed"
@@ -68,12 +57,12 @@ def test_a_partial_csv_shows_means_seed_counts_and_what_has_not_run(partial):
     assert "[the full table](results/board_cpu/table.md)" in block
 
 
-def test_without_results_every_runnable_cell_is_not_run_yet(tmp_path):
+def test_without_results_every_runnable_cell_is_not_run(tmp_path):
     block = board_front.front_block(tmp_path)
     suites = row_of(block, "family")
     assert set(suites) == set(board.CPU_SUITES)
     for family in board.FAMILIES:
-        expected = ["n/a" if board.cannot_run(family, s) else board_front.NOT_RUN_YET for s in suites]
+        expected = ["n/a" if board.cannot_run(family, s) else board_report.NOT_RUN for s in suites]
         assert row_of(block, board.LABELS[family]) == expected, family
     assert not (tmp_path / board_front.FOLDER).exists()  # reading the block writes nothing
 

@@ -45,7 +45,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     table_.save()
     messages = []
     engine.run_study("clw", out, runs, **{**kwargs, "log": messages.append})
-    assert messages == ["scoring by position: enwik8 / plain / seed 11"]
+    assert messages == ["scoring by position: enwik8 / plain / 11"]
     again = {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in csv.DictReader(open(out / "positions.csv"))}
     assert again == {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in positions}
     assert (out / "results.csv").read_text() == before

@@ -84,7 +84,8 @@ def run_clw_decode_bench(context: int = 512, prompt: int = 64, threads: int | No
             step = statistics.median(result["steps"])
             recompute = result["recompute"]
             full = model(tokens)
-            diff = max((result["logits"][p] - full[:, p]).abs().max().item() for p in (prompt, context // 2, context - 1))
+            diff = max((result["logits"][p] - full[:, p]).abs().max().item()
+                       for p in (prompt, context // 2, context - 1))
             out[row] = {"incremental_ms_per_token": 1e3 * step, "tokens_per_s": 1 / step,
                         "recompute_ms_at_context": 1e3 * recompute[context],
                         "speedup_at_context": recompute[context] / result["steps"][-1],

@@ -305,7 +305,8 @@ def print_summary(result: dict) -> None:
     exits = [mode for mode in EXIT_MODES if mode in next(iter(result["batches"].values()))]
     rows = [[b, e["mean_depth"], e["flops"]["saving"], e["fixed"]["tokens_per_s"],
              *[e[mode]["tokens_per_s"] for mode in exits], *[e["time_saving"][mode] for mode in exits],
-             e["bits_per_byte"][exits[-1]], e["bits_per_byte"]["exit_single_row"]] for b, e in result["batches"].items()]
+             e["bits_per_byte"][exits[-1]], e["bits_per_byte"]["exit_single_row"]]
+            for b, e in result["batches"].items()]
     print_table(["batch", "depth", "FLOP saving", "fixed tok/s", *[f"{mode} tok/s" for mode in exits],
                  *[f"{mode} saves" for mode in exits], "bpb exit", "bpb single-row"], rows)
     goal = result["goal"]

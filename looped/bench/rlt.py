@@ -371,8 +371,9 @@ def main(args: argparse.Namespace) -> int:
         print("top ops: " + ", ".join(f"{o['op']} {100 * o['share']:.0f}%" for o in p["top_ops"][:6]))
     if result.get("profile_rlt1_compiled"):
         p = result["profile_rlt1_compiled"]
-        print(f"compiled RLT-1 step: {p['aten_calls_per_step']:,.0f} aten calls, self CPU {p['self_cpu_ms_per_step']:.0f} "
-              "ms; top ops: " + ", ".join(f"{o['op'][:40]} {100 * o['share']:.0f}%" for o in p["top_ops"][:8]))
+        print(f"compiled RLT-1 step: {p['aten_calls_per_step']:,.0f} aten calls, "
+              f"self CPU {p['self_cpu_ms_per_step']:.0f} ms; top ops: "
+              + ", ".join(f"{o['op'][:40]} {100 * o['share']:.0f}%" for o in p["top_ops"][:8]))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
 

@@ -112,7 +112,8 @@ def describe_plan(plan: dict) -> str:
     from ..experiments.compare_plan import FLOPS_ROW, PLAIN, CompareOptions, row_steps
 
     options = CompareOptions(**plan["options"])
-    widths = ", ".join(f"{a} {w['parameters']:,} (dim {w['dim']}, ffn {w['ffn_dim']})" for a, w in plan["widths"].items())
+    widths = ", ".join(f"{a} {w['parameters']:,} (dim {w['dim']}, ffn {w['ffn_dim']})"
+                       for a, w in plan["widths"].items())
     text = (f"compare: {len(options.rows)} rows x {options.seeds} seed(s), {plan['steps']} updates of "
             f"{options.batch_size} x {options.context} bytes per run; parameters: {widths}")
     if FLOPS_ROW in options.rows:

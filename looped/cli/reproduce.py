@@ -38,7 +38,8 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
     parser.add_argument("--status", action="store_true",
                         help="list the planned runs as done / failed / to do and exit (trains nothing)")
     parser.add_argument("--report", action="store_true",
-                        help="rewrite the tables, plots and claims.md from the committed CSVs and exit (trains nothing)")
+                        help="rewrite the tables, plots and claims.md from the committed CSVs and exit "
+                             "(trains nothing)")
     parser.add_argument("--write-recipes", action="store_true",
                         help=f"write the study's recipes under configs/{spec.name}/ of the repository and exit")
     parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",

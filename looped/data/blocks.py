@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from .corpora import BLOCK_SIZE, VOCAB_SIZE, ByteStreams, DataConfig, DataError
+from .corpora import BLOCK_SIZE, VOCAB_SIZE, ByteStreams, DataConfig, DataError, load_streams
 
 Log = Callable[[str], None]
 
@@ -73,6 +73,12 @@ def check_symbols(
     offset = int(bad.nonzero()[0][0])
     value = int(flat[offset])
     raise DataError(f"{name}: symbol id {value} at offset {offset:,} is outside the vocabulary [0, {vocab_size})")
+
+
+def load_heldout(cfg: DataConfig) -> tuple[torch.Tensor, str]:
+    """(held-out blocks, unit) of the corpus `cfg` describes: what a run trained on it is scored on."""
+    streams = load_streams(cfg)
+    return to_blocks(streams.heldout, cfg.block_size, name=f"{streams.name} held-out"), streams.unit
 
 
 def make_blocks(streams: ByteStreams, block_size: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:

@@ -57,7 +57,8 @@ def curve_summary(depths: Sequence[int], scores: Sequence[float], trained_depth:
         slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
     first = dict(pairs).get(1)
     worse = None if first is None else next((d for d, s in pairs if d > 1 and sign * (s - first) > 0), None)
-    return {"best_depth": best_depth, "best_score": best_score, "score_at_trained_depth": dict(pairs).get(trained_depth),
+    return {"best_depth": best_depth, "best_score": best_score,
+            "score_at_trained_depth": dict(pairs).get(trained_depth),
             "slope_past_trained": slope, "slope_depths": [d for d, _ in past] if slope is not None else [],
             "first_worse_than_depth_1": worse}
 

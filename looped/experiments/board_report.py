@@ -4,6 +4,7 @@ table). Written from results.csv alone, so a committed report regenerates byte-i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..eval.stats import mean_sd
@@ -15,9 +16,21 @@ from .results import ResultTable
 PUBLISHED_ROWS = {"transformer": "Transformer, published", "lstm": "LSTM, published"}
 
 
-def display(kind: str, values: list) -> str:
-    """mean ± SD (n) of a suite's scores: bits/byte to 3 decimals, accuracies in % to 1."""
-    return spread(values, 3) if kind == "lm" else spread(values, 1, 100.0)
+def number_format(suite: str) -> tuple[int, float]:
+    """(digits, scale) of a suite's scores: bits/byte to 3 decimals, accuracies in % to 1."""
+    return (3, 1.0) if board.suite_kind(suite) == "lm" else (1, 100.0)
+
+
+def spread_score(suite: str, values: list) -> str:
+    """The full table's score: mean ± SD (n) over the seeds finished."""
+    return spread(values, *number_format(suite))
+
+
+def mean_score(suite: str, values: list) -> str:
+    """The README's score: the mean alone, with '(n=k)' while fewer seeds than the plan's have finished."""
+    seeds = len([v for v in values if v not in ("", None)])
+    text = average(values, *number_format(suite))
+    return text if seeds >= len(board.SEEDS) else f"{text} (n={seeds})"
 
 
 NOT_RUN = "not run"  # a runnable cell with no row yet
@@ -82,19 +95,20 @@ def header(scale: str, results: ResultTable) -> list[str]:
                    scores)
 
 
-def family_cell(suite: str, notes: dict[str, str]) -> Column:
-    """A suite's column: the seeds' mean ± SD, 'failed', or why the family cannot run the suite (a footnote
-    marked in `notes`, reason -> letter)."""
+def family_cell(suite: str, score: Callable[[str, list], str], notes: dict[str, str] | None = None) -> Column:
+    """The one rule for what a family x suite cell shows: score(suite, the finished seeds' scores), else 'failed',
+    else 'n/a' where the family cannot run the suite, else 'not run'. With `notes` (reason -> letter) an n/a
+    cell carries the footnote letter of its reason (the full table); without, the bare 'n/a' (the README)."""
     def text(g: Group) -> str:
         here = g.where(task=suite)
         if here.runs:
-            return display(board.suite_kind(suite), here.values("score"))
+            return score(suite, here.values("score"))
         if here.failed:
             return "failed"
         reason = board.cannot_run(g["family"], suite)
         if reason is None:
             return NOT_RUN
-        return f"n/a ({notes.setdefault(reason, 'abcdefghij'[len(notes)])})"
+        return "n/a" if notes is None else f"n/a ({notes.setdefault(reason, 'abcdefghij'[len(notes)])})"
     return Column(suite, text)
 
 
@@ -102,15 +116,16 @@ LABEL = left("family", lambda g: board.LABELS[g["family"]])
 PARAMETERS = Column("parameters", lambda g: span(g.values("parameters"), text=lambda v: f"{v:,.0f}"))
 
 
-def families(results: ResultTable, keep_empty: bool = False) -> list:
-    return groups(results.rows, ("family",), order=[(f,) for f in board.FAMILIES], keep_empty=keep_empty)
+def families(rows: list[dict], keep_empty: bool = False) -> list[Group]:
+    """One group per family, in board.FAMILIES order."""
+    return groups(rows, ("family",), order=[(f,) for f in board.FAMILIES], keep_empty=keep_empty)
 
 
 def score_table(results: ResultTable, suites: list[str]) -> list[str]:
     notes: dict[str, str] = {}
     flops = Column("training FLOPs", lambda g: span(g.values("training_flops"), text=lambda v: f"{v:.2g}"))
-    lines = table([LABEL, PARAMETERS, flops, *(family_cell(suite, notes) for suite in suites)],
-                  families(results, keep_empty=True))
+    lines = table([LABEL, PARAMETERS, flops, *(family_cell(suite, spread_score, notes) for suite in suites)],
+                  families(results.rows, keep_empty=True))
     for family, label in PUBLISHED_ROWS.items():
         lines.append(f"| {label} | | {chomsky.PUBLISHED_STEPS:,} steps | " + " | ".join(published_cells(family, suites)) + " |")
     return lines + ["", *(f"- ({mark}) {reason}" for reason, mark in notes.items())]
@@ -128,19 +143,18 @@ def budget_cell(suite: str) -> Column:
 
 
 def budget_table(results: ResultTable, suites: list[str]) -> list[str]:
-    return section("Budget of every cell", table([LABEL, *map(budget_cell, suites)], families(results),
+    return section("Budget of every cell", table([LABEL, *map(budget_cell, suites)], families(results.rows),
                                                  keep=lambda cells: any(c != MISSING for c in cells[1:])),
                    "Parameters (model width) / training FLOPs / updates, mean over the seeds finished.")
 
 
 def depth_cell(suite: str) -> Column:
     """A suite's score at every depth factor, mean over the seeds: bits/byte to 3 decimals, accuracies in %."""
-    digits, scale = (3, 1.0) if board.suite_kind(suite) == "lm" else (1, 100.0)
-
     def text(g: Group) -> str:
         here = g.where(task=suite)
-        return " / ".join(average(here.values(f"depth_{k}x"), digits, scale) for k in board.DEPTH_FACTORS) \
-            if here.runs else MISSING
+        if not here.runs:
+            return MISSING
+        return " / ".join(average(here.values(f"depth_{k}x"), *number_format(suite)) for k in board.DEPTH_FACTORS)
     return left(suite, text)
 
 
@@ -217,5 +231,5 @@ def write_report(out: Path, results: ResultTable, scale: str = "cpu") -> None:
         plot_board(results, out / "board.png")
 
 
-__all__ = ["NOT_RUN", "PUBLISHED_ROWS", "plot_board", "published_cells", "table_markdown", "table_suites",
-           "write_report"]
+__all__ = ["LABEL", "NOT_RUN", "PUBLISHED_ROWS", "family_cell", "families", "mean_score", "plot_board",
+           "published_cells", "spread_score", "table_markdown", "table_suites", "write_report"]

@@ -21,10 +21,9 @@ import statistics
 
 import torch
 
-from ..data import load_streams, to_blocks
+from ..data import load_heldout
 from ..eval import evaluate_lm
 from ..eval.lengths import evaluate_lengths, length_average
-from ..eval.reasoning import evaluate_grid, id_ood
 from ..models.ledger import model_ledger
 from ..train import reasoning as rtask
 from ..train.sequence import allowed_lengths, build_task
@@ -60,11 +59,10 @@ def trained_depth(model, config) -> int | None:
 
 def score_lm(model, config, *, batch_size: int) -> dict:
     """{"score": bits/byte at the trained depth, "depth": {k: bits/byte at k x R}} on the run's held-out stream."""
-    streams = load_streams(config.data)
-    blocks = to_blocks(streams.heldout, config.data.block_size, name=f"{streams.name} held-out")
-    score = evaluate_lm(model, blocks, batch_size=batch_size, unit=streams.unit)["bits_per_byte"]
+    blocks, unit = load_heldout(config.data)
+    score = evaluate_lm(model, blocks, batch_size=batch_size, unit=unit)["bits_per_byte"]
     swept = {k: score if k == 1 else  # the trained depth is the score itself: same blocks, same forward
-             evaluate_lm(model, blocks, batch_size=batch_size, unit=streams.unit, rounds=rounds)["bits_per_byte"]
+             evaluate_lm(model, blocks, batch_size=batch_size, unit=unit, rounds=rounds)["bits_per_byte"]
              for k, rounds in zip(board.DEPTH_FACTORS, depths(model))}
     return {"score": score, "depth": swept}
 
@@ -94,13 +92,11 @@ def score_sequence(model, config, kind: str, *, test_size: int | None, depth_row
 
 def score_reasoning(model, config, tests, *, batch_size: int = 256) -> dict:
     """{"score": OOD accuracy (best over sufficient budgets), "depth": {k: mean OOD accuracy at k x the top of the
-    trained step range}} on the run's test buckets (tests: drt_study.TestSets)."""
-    test = tests.get(config.task)
+    trained step range}} on the run's test buckets (tests: train.reasoning.TestSets)."""
     trained = trained_depth(model, config)
     sweep = {k: k * trained for k in board.DEPTH_FACTORS} if trained else {}
-    grid = evaluate_grid(model, test, sorted({*rtask.eval_steps(config.task), *sweep.values()}), batch_size=batch_size)
-    difficulties = rtask.trained_difficulties(config.task)
-    summary = id_ood(grid, (min(difficulties), max(difficulties)))
+    grid, summary = rtask.score_grid(model, tests.get(config.task), config.task, batch_size=batch_size,
+                                     steps=tuple(sweep.values()))
     outside = summary["ood_difficulties"]
     swept = {k: statistics.fmean(grid.at(steps, d) for d in outside) for k, steps in sweep.items()}
     return {"score": summary["ood"], "depth": swept}

@@ -22,16 +22,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..config import from_dict, merge
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
-from ..train.config import one_budget
+from ..train.config import recipe_config
+from ..train.reasoning import TestSets
 from . import board
 from .board_report import write_report
 from .board_scores import score_lm, score_reasoning, score_sequence, trained_depth, training_flops
-from .drt_study import TestSets
 from .report import cell
-from .results import OVERRIDES, ResultTable
+from .results import ResultTable, study_results
 from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
 
 KEY = ["seed", "task", "family"]
@@ -40,7 +39,7 @@ COLUMNS = [*KEY, "arch", "parameters", "dim", "updates", "training_flops", "scor
 
 
 def results_table(out: Path) -> ResultTable:
-    return ResultTable(Path(out) / "results.csv", COLUMNS, KEY, extra=(OVERRIDES,))
+    return study_results(out, COLUMNS, KEY)
 
 
 class BoardStudy(StudyBase):
@@ -62,10 +61,7 @@ class BoardStudy(StudyBase):
         """ConfigError for a cell that cannot run (keep drops those) or whose data is absent (enwik8)."""
         recipe = board.run_config_dict(key["task"], key["family"], int(key["seed"]), self.scale)
         board.check_data(recipe)
-        return from_dict(RunConfig, one_budget(merge(recipe, self.overrides), self.overrides))
-
-    def folder(self, key: dict) -> Path:
-        return self.runs / key["task"] / key["family"] / f"seed{key['seed']}"
+        return recipe_config(recipe, self.overrides)
 
     def sizes(self, kind: str) -> tuple[int | None, int | None]:
         """(test rows, depth-sweep rows) per length or difficulty for a suite kind at this scale."""

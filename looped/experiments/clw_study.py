@@ -5,27 +5,28 @@ looped.experiments.clw), scores the whole held-out tail at the final checkpoint 
 scores the looped rows again at test-time rounds 1..8. A finished run is a line in results.csv and is
 never trained again; an interrupted run resumes from its last checkpoint. The held-out score is also kept by
 target position (positions.csv: doubling buckets 1, 2-3, ..., 128-255, 256-512), which shows whether a row's gain
-comes from using more context; finished runs that lack it are scored again from their folder when it exists.
+comes from using more context; finished runs that lack it are scored again from their folder when it exists
+(a `Backfill` of the engine).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..config import from_dict, merge
-from ..data import load_streams, to_blocks
+from ..config import merge
+from ..data import load_heldout
 from ..eval import evaluate_lm
+from ..eval.stats import mean_sd
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
-from ..train.config import one_budget
+from ..train.config import recipe_config
 from . import clw
 from .clw_claims import CLAIMS
-from ..eval.stats import mean_sd
 from .render import (Column, Group, buckets, groups, heading, key, markdown, matching, mean, mean_of, panels,
                      parameters, section, spread_of, table, write_table)
 from .report import MISSING, cell, column, figure, finished
-from .results import OVERRIDES, ResultTable
-from .study import Axis, Flag, Recipe, RunSummary, StudyBase, StudySpec, pending_runs, register_study
+from .results import ResultTable, study_results
+from .study import Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status", "machine"]
@@ -46,12 +47,11 @@ def run_config(row: str, corpus: str, seed: int, overrides: dict | None = None, 
     ffn_dim, _ = clw.solve_budget(budget)[row]
     recipe, data_section = (clw.CPU_RECIPE, clw.CPU_DATA) if scale == "cpu" else (clw.RECIPES[budget], clw.FULL_DATA)
     data = {"model": clw.model_section(budget, row, ffn_dim), **recipe, "data": data_section[corpus]}
-    data = merge(data, {"train": {"seed": seed}})
-    return from_dict(RunConfig, one_budget(merge(data, overrides or {}), overrides or {}))
+    return recipe_config(merge(data, {"train": {"seed": seed}}), overrides)
 
 
 def results_table(out: Path) -> ResultTable:
-    return ResultTable(Path(out) / "results.csv", COLUMNS, ["corpus", "row", "seed"], extra=(OVERRIDES,))
+    return study_results(out, COLUMNS, ["corpus", "row", "seed"])
 
 
 class ClwStudy(StudyBase):
@@ -66,79 +66,61 @@ class ClwStudy(StudyBase):
         self.by_rounds = ResultTable(self.out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
         self.exits = ResultTable(self.out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
         self.positions = positions_table(self.out)
+        # runs finished before the study kept positions.csv are scored by position from their folder
+        self.backfills = (Backfill("by position", self.positions, lambda key: not self.positions.has(**key),
+                                   self.score_positions),)
 
     def config(self, key: dict) -> RunConfig:
         return run_config(key["row"], key["corpus"], key["seed"], self.overrides, scale=self.scale,
                           budget=self.budget)
 
-    def folder(self, key: dict) -> Path:
-        return run_folder(self.runs, key)
-
-    def prepare(self, plan: list[dict], log) -> None:
-        backfill_positions(plan, self.results, self.positions, self.runs, log)
+    def score_positions(self, key: dict, checkpoint: Path) -> None:
+        record_positions(self.positions, key, heldout_scorer(checkpoint)[2](by_position=True)["by_position"])
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
-        corpus, seed, row = key["corpus"], key["seed"], key["row"]
-        model, blocks, unit = heldout_model(run.folder, corpus)
-        score = evaluate_lm(model, blocks, batch_size=16, unit=unit, by_position=True)
-        record_positions(self.positions, key, score["by_position"])
-        counts = model.parameter_counts()
-        self.results.add({"corpus": corpus, "row": row, "arch": config.model.arch, "seed": seed,
-                          "parameters": counts["total"], "targets": run.targets,
-                          "nll": cell(score["nll"]), "ppl": cell(score["ppl"]),
-                          "bits_per_byte": cell(score["bits_per_byte"]), "heldout_targets": score["targets"],
-                          "train_seconds": f"{run.seconds:.1f}", "updates": run.updates, "status": "ok"})
-        if row in clw.LOOPED_ROWS:
-            for rounds in TEST_ROUNDS:
-                r = evaluate_lm(model, blocks, batch_size=16, unit=unit, rounds=rounds)
-                self.by_rounds.add({"corpus": corpus, "row": row, "seed": seed, "rounds": rounds,
-                                    "nll": cell(r["nll"]), "bits_per_byte": cell(r["bits_per_byte"])})
-            early_exit_sweep(model, blocks, unit, key, self.exits)
+        """The whole held-out tail by position, then (looped rows) at every test-time rounds and early-exit
+        threshold, right after training because run folders do not outlive a session here; results.csv last."""
+        model, config, score = heldout_scorer(ckpt.run_checkpoint(run.folder))
+        whole = score(by_position=True)
+        record_positions(self.positions, key, whole["by_position"])
+        if key["row"] in clw.LOOPED_ROWS:
+            self.by_rounds.add_many([{**key, "rounds": n, **scores(score(rounds=n))} for n in TEST_ROUNDS])
+            self.exits.add_many([{**key, "threshold": t, **scores(score(exit_threshold=t))} for t in EXIT_THRESHOLDS])
+        self.results.add({**key, "arch": config.model.arch, "parameters": model.parameter_counts()["total"],
+                          "targets": run.targets, **scores(whole), "ppl": cell(whole["ppl"]),
+                          "heldout_targets": whole["targets"], "train_seconds": f"{run.seconds:.1f}",
+                          "updates": run.updates, "status": "ok"})
 
     def report(self) -> None:
-        write_report(self.out, self.results, self.by_rounds, self.exits, self.positions,
-                     scale=self.scale if self.scale == "cpu" else self.budget)
+        tables = (self.results, self.by_rounds, self.exits, self.positions)
+        write_table(self.out, tables, lambda: table_markdown(self.results, self.exits, self.positions))
+        for name, table, draw in zip(("nll", "rounds", "early_exit", "positions"), tables,
+                                     (_nll_panel, _rounds_panel, _early_exit_panel, _positions_panel)):
+            if table.rows:
+                panels(self.out / f"{name}.png", clw.CORPORA, lambda ax, corpus: draw(ax, table.rows, corpus),
+                       size=(5.5, 4), finish=_grid_and_legend)
 
 
-def heldout_model(folder: Path, corpus: str):
-    """(model, held-out blocks, unit) of a finished run, from its last checkpoint."""
-    model, config = load_model(ckpt.run_checkpoint(folder))
-    streams = load_streams(config.data)
-    return model, to_blocks(streams.heldout, config.data.block_size, name=f"{corpus} held-out"), streams.unit
+def heldout_scorer(checkpoint: Path):
+    """(model, config, score) of a finished run: score(**setting) scores the run's held-out blocks (evaluate_lm)."""
+    model, config = load_model(checkpoint)
+    blocks, unit = load_heldout(config.data)
+    return model, config, lambda **setting: evaluate_lm(model, blocks, batch_size=16, unit=unit, **setting)
+
+
+def scores(r: dict) -> dict:
+    """A held-out score's CSV cells (a table keeps the columns it has)."""
+    return {"nll": cell(r["nll"]), "bits_per_byte": cell(r["bits_per_byte"]),
+            "mean_rounds_used": cell(r.get("mean_rounds_used"), 4)}
 
 
 def positions_table(out: Path) -> ResultTable:
     return ResultTable(Path(out) / "positions.csv", POSITION_COLUMNS, ["corpus", "row", "seed", "first"])
 
 
-def run_folder(runs: Path, key: dict) -> Path:
-    return runs / key["corpus"] / key["row"] / f"seed{key['seed']}"
-
-
 def record_positions(table: ResultTable, key: dict, buckets: list[dict]) -> None:
     table.add_many([{**key, "first": b["first"], "last": b["last"], "nll": f"{b['nll']:.6f}",
                      "bits_per_byte": f"{b['bits']:.6f}"} for b in buckets])
-
-
-def backfill_positions(plan: list[dict], results: ResultTable, positions: ResultTable, runs: Path, log) -> None:
-    """Score by position the finished runs that have no positions rows yet (runs finished before the study
-    kept them), where the run folder is still on disk; each such run is claimed like a training run."""
-    todo = [key for key in plan if results.has(**key, status="ok") and not positions.has(**key)
-            and ckpt.find_checkpoint(run_folder(runs, key) / "checkpoints" / "last") is not None]
-    for key in pending_runs(todo, positions, log=log):
-        log(f"scoring by position: {key['corpus']} / {key['row']} / seed {key['seed']}")
-        model, blocks, unit = heldout_model(run_folder(runs, key), key["corpus"])
-        record_positions(positions, key, evaluate_lm(model, blocks, batch_size=16, unit=unit,
-                                                     by_position=True)["by_position"])
-
-
-def early_exit_sweep(model, blocks, unit: str, key: dict, table: ResultTable) -> None:
-    """Held-out bits/byte and mean rounds used at every early-exit threshold, for one trained looped run.
-    Run right after training (like the rounds sweep) because run folders do not outlive a session here."""
-    for threshold in EXIT_THRESHOLDS:
-        r = evaluate_lm(model, blocks, batch_size=16, unit=unit, exit_threshold=threshold)
-        table.add({**key, "threshold": threshold, "nll": f"{r['nll']:.6f}",
-                   "bits_per_byte": f"{r['bits_per_byte']:.6f}", "mean_rounds_used": f"{r['mean_rounds_used']:.4f}"})
 
 
 # --- report -----------------------------------------------------------------------------------------------
@@ -153,16 +135,6 @@ EXIT_CAPTION = ("A position stops refining once successive rounds' next-byte dis
 ROW_KEYS = [(row,) for row in clw.ROWS]  # the table lines in the paper's order
 POSITION_CAPTION = ("Target positions 1..512 of each held-out block in doubling buckets; mean over the seeds scored "
                     "(n). A row whose numbers fall from left to right uses the context it has read.")
-
-
-def write_report(out: Path, results: ResultTable, by_rounds: ResultTable, exits: ResultTable,
-                 positions: ResultTable, scale: str = "cpu") -> None:
-    write_table(out, (results, by_rounds, exits, positions), lambda: table_markdown(results, exits, positions))
-    for name, table, draw in (("nll", results, _nll_panel), ("rounds", by_rounds, _rounds_panel),
-                              ("early_exit", exits, _early_exit_panel), ("positions", positions, _positions_panel)):
-        if table.rows:
-            panels(out / f"{name}.png", clw.CORPORA, lambda ax, corpus: draw(ax, table.rows, corpus), size=(5.5, 4),
-                   finish=_grid_and_legend)
 
 
 def row_columns() -> list[Column]:
@@ -290,7 +262,8 @@ def recipes():
         for row, (ffn_dim, total) in solved.items():
             header = (f"# seed 000 {budget} budget, row {row}: {total:,} parameters "
                       f"({total - ws_total:+,} vs workspace). Generated by `looped reproduce clw --write-recipes`.\n"
-                      f"# Add a data file: looped train configs/clw/full/{budget}/{row}.yaml configs/clw/data/enwik8.yaml\n")
+                      f"# Add a data file: looped train configs/clw/full/{budget}/{row}.yaml "
+                      "configs/clw/data/enwik8.yaml\n")
             yield Recipe(f"full/{budget}/{row}.yaml", header, {"model": clw.model_section(budget, row, ffn_dim),
                                                                **clw.RECIPES[budget]})
     for row, (ffn_dim, total) in clw.solve_budget("small").items():

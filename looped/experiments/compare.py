@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..data import load_streams, to_blocks
+from ..data import load_heldout
 from ..eval import evaluate_lm
 from ..models.ledger import model_ledger
 from ..train import load_model
@@ -87,7 +87,7 @@ class CompareStudy:
         curve = record_curve(self.curves, key, folder, update_flops)
         best = min(curve, key=lambda e: e["val_bits_per_byte"])
         model, _ = load_model(ckpt.run_checkpoint(folder, "best"))
-        blocks = heldout_blocks(config)
+        blocks, _ = load_heldout(config.data)  # the comparison's first --heldout-bytes of held-out text
         depth = depth_sweep(self.depths, key, model, blocks) if key["row"] not in (PLAIN, FLOPS_ROW) else None
         ledger = model_ledger(model, self.options.context)
         updates = run.updates
@@ -110,12 +110,6 @@ def run_compare(out: Path, runs: Path, plan: dict, *, progress: bool = True, sto
     """Train, score and report every run of the plan not yet in OUT/results.csv (module docstring)."""
     study = CompareStudy(out, runs, plan, log)
     return execute(study, study.plan_runs(), progress=progress, stop_after=stop_after, log=log)
-
-
-def heldout_blocks(config) -> torch.Tensor:
-    """The held-out blocks the trainer scored (the comparison's first --heldout-bytes of held-out text)."""
-    streams = load_streams(config.data)
-    return to_blocks(streams.heldout, config.data.block_size, name="held-out")
 
 
 def record_curve(table: ResultTable, key: dict, folder: Path, update_flops: float) -> list[dict]:

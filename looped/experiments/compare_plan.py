@@ -80,9 +80,11 @@ class CompareOptions:
     def validate(self) -> None:
         unknown = [a for a in self.archs if a not in ARCHS]
         if unknown:
-            raise ValueError(f"--archs: {unknown[0]!r} is not a byte-level row compare trains (known: {', '.join(ARCHS)})")
+            raise ValueError(f"--archs: {unknown[0]!r} is not a byte-level row compare trains "
+                             f"(known: {', '.join(ARCHS)})")
         if PLAIN not in self.archs:
-            raise ValueError(f"--archs: the plain row {PLAIN!r} must be one of them (every verdict compares against it)")
+            raise ValueError(f"--archs: the plain row {PLAIN!r} must be one of them "
+                             "(every verdict compares against it)")
         if len(set(self.archs)) != len(self.archs) or len(self.archs) < 2:
             raise ValueError("--archs: name at least two different architectures, each once")
         if not self.match or any(m not in ("params", "flops") for m in self.match):
@@ -324,8 +326,8 @@ def load_or_make_plan(out: Path, options: CompareOptions, log=print) -> dict:
                 raise ValueError(f"{out} holds a comparison with other options ({differ[0]}: {saved.get(differ[0])!r} "
                                  f"there, {given[differ[0]]!r} now); use another --out, or the same options to resume")
             if options.steps is not None and options.steps != plan["steps"]:
-                raise ValueError(f"{out} holds a comparison of {plan['steps']} updates per run (--steps {options.steps} "
-                                 f"now); use another --out for another budget")
+                raise ValueError(f"{out} holds a comparison of {plan['steps']} updates per run "
+                                 f"(--steps {options.steps} now); use another --out for another budget")
             if given["seeds"] != saved["seeds"]:  # more (or fewer) seeds of the same runs: the budget stays
                 plan["options"]["seeds"] = given["seeds"]
                 atomic_write_text(path, json.dumps(plan, indent=2) + "\n")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..config import from_dict, merge
 from ..data.tasks.base import task_class, task_options
 from ..models import get_arch
 
@@ -137,12 +136,10 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
 def run_config(task: str, scale: str = "cpu", arch: str = "drt", seed: int = SEEDS[0], alpha: float = 0.0,
                overrides: dict | None = None):
     """A validated RunConfig of one recipe (+ overrides, merged over it)."""
-    from ..train import RunConfig
     from ..train import reasoning  # noqa: F401  (registers task kind "reasoning")
-    from ..train.config import one_budget
+    from ..train.config import recipe_config
 
-    overrides = overrides or {}
-    return from_dict(RunConfig, one_budget(merge(recipe(task, scale, arch, seed, alpha), overrides), overrides))
+    return recipe_config(recipe(task, scale, arch, seed, alpha), overrides)
 
 
 def describe(task: str, scale: str) -> str:

@@ -20,27 +20,26 @@ alphas other than 0 apply to the graph task only.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..data.tasks.base import task_class, task_options
-from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, evaluate_grid, id_ood, plot_gate_means,
-                              plot_heatmap, shortcut_accuracy)
+from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, plot_gate_means, plot_heatmap,
+                              shortcut_accuracy)
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
+from ..train.reasoning import TestSets, score_grid
 from . import drt, drt_shortcuts
 from .drt import run_name
 from .drt_claims import CLAIMS
 from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, percent_of,
                      section, spread_of, table, write_table)
 from .report import MISSING, cell, column, finished, percent, spread
-from .study import Axis, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
-from .results import OVERRIDES, ResultTable
+from .study import Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
+from .results import ResultTable, study_results
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
@@ -49,91 +48,6 @@ KEY = ["task", "arch", "alpha", "seed"]
 GATE_COLUMNS = [*KEY, "step", "gate_mean"]
 DIAGNOSTIC_COLUMNS = [*KEY, "variant", "accuracy", "change", "budgets", "rows"]
 ALPHA_SWEEP = (0.0, 0.1, 0.5, 1.0)
-
-
-def per_bucket_subset(rows, per_bucket: int | None):
-    """The first `per_bucket` rows of every difficulty (all rows for None)."""
-    if per_bucket is None:
-        return rows
-    keep, seen = [], {}
-    for i, d in enumerate(rows.difficulty.tolist()):
-        seen[d] = seen.get(d, 0) + 1
-        if seen[d] <= per_bucket:
-            keep.append(i)
-    return rows.select(torch.tensor(keep, dtype=torch.long))
-
-
-class TestSets:
-    """Test buckets per data configuration, built once per study (every seed shares the training data)."""
-
-    def __init__(self):
-        self._cache: dict[str, object] = {}
-
-    def get(self, task_config, *, other_generator: bool = False):
-        """The test buckets of `task_config`; with `other_generator` (graph only) the buckets of the other negative
-        generator (hard <-> the paper's), still none of them a training or validation row of `task_config`."""
-        key = json.dumps({k: v for k, v in vars(task_config).items() if k not in ("alpha", "steps_range",
-                                                                                 "val_steps", "eval_steps")},
-                         sort_keys=True) + (" other" if other_generator else "")
-        if key not in self._cache:
-            _, train, val = rtask.training_data(task_config)
-            test_config = task_config
-            if other_generator:
-                test_config = dataclasses.replace(task_config, hard_negatives=not task_config.hard_negatives)
-            self._cache[key] = rtask.test_rows(test_config, train, val)
-        return self._cache[key]
-
-
-def evaluate_run(run: RunSummary, tests: TestSets, *, diagnostic_per_bucket: int | None, batch_size: int) -> dict:
-    """Grid, ID/OOD, shortcut, gates and the depth-embedding diagnostic of one finished run."""
-    model, config = load_model(ckpt.run_checkpoint(run.folder))
-    test = tests.get(config.task)
-    grid = evaluate_grid(model, test, rtask.eval_steps(config.task), batch_size=batch_size)
-    trained = rtask.trained_difficulties(config.task)
-    summary = id_ood(grid, (min(trained), max(trained)))
-    lo, hi = rtask.trained_steps_range(config)
-    diagnostic = None
-    # the diagnostic swaps the step (depth) embeddings of a per-step core: a row without them (trm) has none
-    if model.depth_mode == "per_step" and hasattr(model, "depth_embedding"):
-        diagnostic = depth_embedding_diagnostic(model, per_bucket_subset(test, diagnostic_per_bucket),
-                                                grid.budgets, hi, batch_size=batch_size)
-        diagnostic["rows"] = len(per_bucket_subset(test, diagnostic_per_bucket))
-    ood = summary["ood_difficulties"]
-    return {"config": config, "model": model, "grid": grid, "summary": summary, "trained_steps": (lo, hi),
-            "trained_difficulties": (min(trained), max(trained)),
-            "diagnostic": diagnostic, "updates": run.updates,
-            "step1": shortcut_accuracy(grid, 12) if config.task.name == "graph" else None,
-            "ponder_ood": (sum(grid.ponder_steps[d] for d in ood) / len(ood)) if grid.ponder_steps and ood else None,
-            "val_accuracy": run.last("val_accuracy")}
-
-
-def score_other_generator(model, config: RunConfig, tests: TestSets, batch_size: int, grid_path: Path) -> dict:
-    """A graph model on the other negative generator's test buckets: writes the grid CSV and returns the
-    results.csv cells (empty cells for other tasks)."""
-    if config.task.name != "graph":
-        return {"cross_id_accuracy": "", "cross_ood_accuracy": ""}
-    grid = evaluate_grid(model, tests.get(config.task, other_generator=True), rtask.eval_steps(config.task),
-                         batch_size=batch_size)
-    grid.write_csv(grid_path)
-    trained = rtask.trained_difficulties(config.task)
-    cross = id_ood(grid, (min(trained), max(trained)))
-    return {"cross_id_accuracy": cell(cross["id"], 4), "cross_ood_accuracy": cell(cross["ood"], 4)}
-
-
-def backfill_cross(results: ResultTable, out: Path, runs: Path, tests: TestSets, batch_size: int, log) -> None:
-    """Score finished graph runs on the other negative generator where results.csv predates that evaluation and
-    the run's checkpoint is still on disk (runs without one keep an empty cell)."""
-    for row in list(results.rows):
-        if row.get("status") != "ok" or row.get("cross_id_accuracy") or drt.TASKS.get(row["task"]) != "graph":
-            continue
-        name = run_name(row["task"], row["arch"], float(row["alpha"]), int(row["seed"]))
-        last = ckpt.find_checkpoint(runs / name / "checkpoints" / "last")
-        if last is None:
-            continue
-        log(f"== drt: {name} on the other negative generator")
-        model, config = load_model(last)
-        results.add({**row, **score_other_generator(model, config, tests, batch_size,
-                                                    out / "grids" / f"{name}_cross.csv")})
 
 
 class DrtStudy(StudyBase):
@@ -149,11 +63,15 @@ class DrtStudy(StudyBase):
         if diagnostic_per_bucket == "scale":  # a sample of each test bucket at CPU scale, every row at full
             diagnostic_per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if scale == "cpu" else None
         self.per_bucket, self.batch_size = diagnostic_per_bucket, eval_batch_size
-        self.results = ResultTable(self.out / "results.csv", COLUMNS, KEY, extra=(OVERRIDES,))
+        self.results = study_results(self.out, COLUMNS, KEY)
         self.gates = ResultTable(self.out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
         self.diagnostics = ResultTable(self.out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
         self.tests = TestSets()
         self.configs: dict[str, RunConfig] = {}
+        # graph runs finished before the cross-generator evaluation existed are scored on it from their folder
+        self.backfills = (Backfill("on the other negative generator", self.results, self.cross_owed,
+                                   lambda key, last: self.results.add({**self.results.find(**key),
+                                                                       **self.cross(key, *load_model(last))})),)
 
     def config(self, key: dict) -> RunConfig:
         """ConfigError for a pair that does not exist (the GNN on a sequence task): the engine skips it."""
@@ -167,48 +85,100 @@ class DrtStudy(StudyBase):
         return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
 
     def prepare(self, plan: list[dict], log) -> None:
-        backfill_cross(self.results, self.out, self.runs, self.tests, self.batch_size, log)
-        self.record_shortcuts(plan, log)
-
-    def record_shortcuts(self, plan: list[dict], log) -> None:
         """The family recipes' shortcut baselines (seconds, no model) -> shortcuts.csv."""
         drt_shortcuts.record(drt_shortcuts.table(self.out), [(key, self.config(key)) for key in plan],
                              self.tests.get, log)
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
-        name = run.folder.name
-        r = evaluate_run(run, self.tests, diagnostic_per_bucket=self.per_bucket, batch_size=self.batch_size)
-        r["grid"].write_csv(self.out / "grids" / f"{name}.csv")
-        cross = score_other_generator(r["model"], r["config"], self.tests, self.batch_size,
-                                      self.out / "grids" / f"{name}_cross.csv")
-        for step, value in enumerate(r["grid"].gate_means or [], start=1):
-            self.gates.add({**key, "step": step, "gate_mean": f"{value:.6f}"})
-        if r["diagnostic"] and r["diagnostic"]["variants"]:
-            for variant, entry in r["diagnostic"]["variants"].items():
-                self.diagnostics.add({**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
-                                      "change": f"{entry['change']:.6f}",
-                                      "budgets": " ".join(map(str, r["diagnostic"]["budgets"])),
-                                      "rows": r["diagnostic"]["rows"]})
-        self.results.add(result_row(key, r, run.seconds, cross))
-
-    def report(self) -> None:
-        write_report(self.out, self.results, self.gates, self.scale)
-
-
-def result_row(key: dict, r: dict, seconds: float, cross: dict) -> dict:
-    """The results.csv row of one evaluated run (`r`: evaluate_run's record)."""
-    summary = r["summary"]
-    return {**key, "parameters": r["model"].parameter_counts()["total"],
-            "updates": r["updates"], "train_seconds": f"{seconds:.1f}",
-            "trained_difficulties": "{}-{}".format(*r["trained_difficulties"]),
-            "trained_steps": "{}-{}".format(*r["trained_steps"]),
+        """The test grid (grids/<run>.csv), gates per step, the depth-embedding diagnostic, the other negative
+        generator (graph), then the results.csv row: ID / OOD best over sufficient budgets, step-1 accuracy on
+        12-hop graphs, the OOD ponder steps of ACT."""
+        model, config = load_model(ckpt.run_checkpoint(run.folder))
+        test = self.tests.get(config.task)
+        grid, summary = score_grid(model, test, config.task, batch_size=self.batch_size)
+        grid.write_csv(self.out / "grids" / f"{run.folder.name}.csv")
+        if grid.gate_means:
+            self.gates.add_many([{**key, "step": step, "gate_mean": f"{value:.6f}"}
+                                 for step, value in enumerate(grid.gate_means, start=1)])
+        ood = summary["ood_difficulties"]
+        ponder = sum(grid.ponder_steps[d] for d in ood) / len(ood) if grid.ponder_steps and ood else None
+        trained = rtask.trained_difficulties(config.task)
+        self.results.add({
+            **key, "parameters": model.parameter_counts()["total"], "updates": run.updates,
+            "train_seconds": f"{run.seconds:.1f}", "trained_difficulties": f"{min(trained)}-{max(trained)}",
+            "trained_steps": "{}-{}".format(*rtask.trained_steps_range(config)),
             "id_accuracy": cell(summary["id"], 4), "ood_accuracy": cell(summary["ood"], 4),
-            "step1_12hop": cell(r["step1"], 4),
+            "step1_12hop": cell(shortcut_accuracy(grid, 12) if config.task.name == "graph" else None, 4),
             "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
                                            for d, a in summary["best"].items()),
-            "val_accuracy": cell(r["val_accuracy"], 4),
-            "diagnostic_max_change": cell((r["diagnostic"] or {}).get("max_abs_change"), 4),
-            "mean_ponder_ood": cell(r["ponder_ood"], 3), **cross, "status": "ok"}
+            "val_accuracy": cell(run.last("val_accuracy"), 4),
+            "diagnostic_max_change": cell(self.diagnose(key, model, config, test, grid.budgets), 4),
+            "mean_ponder_ood": cell(ponder, 3), **self.cross(key, model, config), "status": "ok"})
+
+    def diagnose(self, key: dict, model, config: RunConfig, test, budgets: list[int]) -> float | None:
+        """The depth-embedding diagnostic -> diagnostic.csv; its max |change| (None: the model has no per-step
+        depth embeddings to swap, e.g. trm or a fixed-depth row). At CPU scale on a sample of each test bucket."""
+        if model.depth_mode != "per_step" or not hasattr(model, "depth_embedding"):
+            return None
+        rows = per_bucket_subset(test, self.per_bucket)
+        found = depth_embedding_diagnostic(model, rows, budgets, rtask.trained_steps_range(config)[1],
+                                           batch_size=self.batch_size)
+        if found["variants"]:
+            self.diagnostics.add_many([{**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
+                                        "change": f"{entry['change']:.6f}", "rows": len(rows),
+                                        "budgets": " ".join(map(str, found["budgets"]))}
+                                       for variant, entry in found["variants"].items()])
+        return found.get("max_abs_change")
+
+    def cross(self, key: dict, model, config: RunConfig) -> dict:
+        """A graph model on the other negative generator's test buckets -> grids/<run>_cross.csv; its results.csv
+        cells (empty for other tasks)."""
+        if config.task.name != "graph":
+            return {"cross_id_accuracy": "", "cross_ood_accuracy": ""}
+        grid, cross = score_grid(model, self.tests.get(config.task, other_generator=True), config.task,
+                                 batch_size=self.batch_size)
+        grid.write_csv(self.out / "grids" / f"{self.folder(key).name}_cross.csv")
+        return {"cross_id_accuracy": cell(cross["id"], 4), "cross_ood_accuracy": cell(cross["ood"], 4)}
+
+    def cross_owed(self, key: dict) -> bool:
+        return _graph(key["task"]) and not self.results.find(**key).get("cross_id_accuracy")
+
+    def report(self) -> None:
+        """table.md, a heatmap per recipe (mean grid over its seeds) and gates.png (mean gate per step)."""
+        out, results, gates = self.out, self.results, self.gates
+        write_table(out, (results, gates), lambda: table_markdown(results, self.scale, drt_shortcuts.table(out)))
+        for g in groups(results.rows, GROUP):
+            task, arch, alpha = g.key.values()
+            grids = [AccuracyGrid.read_csv(p) for r in g.runs
+                     if (p := out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv").exists()]
+            if not grids:
+                continue
+            label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
+            plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
+                         trained_difficulties=_range(g.runs[0]["trained_difficulties"]),
+                         trained_steps=_range(g.runs[0]["trained_steps"]),
+                         difficulty_name=task_class(task).difficulty_name, fixed_depth=_fixed_depth_label(arch, task),
+                         title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
+        panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
+        for r in gates.rows:
+            name = run_name(r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_")
+            panels.setdefault(r["task"], {}).setdefault(name, []).append(float(r["gate_mean"]))
+        if panels:
+            trained = {task: _range(rows[0]["trained_steps"])[1] for task in panels
+                       if (rows := finished(results.rows, task=task, arch="drt")) and rows[0].get("trained_steps")}
+            plot_gate_means(panels, out / "gates.png", trained)
+
+
+def per_bucket_subset(rows, per_bucket: int | None):
+    """The first `per_bucket` rows of every difficulty (all rows for None)."""
+    if per_bucket is None:
+        return rows
+    keep, seen = [], {}
+    for i, d in enumerate(rows.difficulty.tolist()):
+        seen[d] = seen.get(d, 0) + 1
+        if seen[d] <= per_bucket:
+            keep.append(i)
+    return rows.select(torch.tensor(keep, dtype=torch.long))
 
 
 # --- report -----------------------------------------------------------------------------------------------
@@ -321,30 +291,6 @@ def _range(text: str) -> tuple[int, int]:
 def best_by_difficulty(row: dict) -> dict[int, float]:
     """A run's results.csv cell "1:1.0000@1 6:0.5660@8 ..." as {difficulty: best accuracy}."""
     return drt_shortcuts.by_difficulty(row.get("best_by_difficulty", ""))
-
-
-def write_report(out: Path, results: ResultTable, gates: ResultTable, scale: str) -> None:
-    write_table(out, (results, gates), lambda: table_markdown(results, scale, drt_shortcuts.table(out)))
-    for g in groups(results.rows, GROUP):
-        task, arch, alpha = g.key.values()
-        grids = [AccuracyGrid.read_csv(p) for r in g.runs
-                 if (p := out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv").exists()]
-        if not grids:
-            continue
-        label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
-        plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
-                     trained_difficulties=_range(g.runs[0]["trained_difficulties"]),
-                     trained_steps=_range(g.runs[0]["trained_steps"]),
-                     difficulty_name=task_class(task).difficulty_name, fixed_depth=_fixed_depth_label(arch, task),
-                     title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
-    panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
-    for r in gates.rows:
-        name = run_name(r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_")
-        panels.setdefault(r["task"], {}).setdefault(name, []).append(float(r["gate_mean"]))
-    if panels:
-        trained = {task: _range(rows[0]["trained_steps"])[1] for task in panels
-                   if (rows := finished(results.rows, task=task, arch="drt")) and rows[0].get("trained_steps")}
-        plot_gate_means(panels, out / "gates.png", trained)
 
 
 # --- the spec ------------------------------------------------------------------------------------------------

@@ -251,5 +251,6 @@ def write_result(path: Path, task: str, table: str, shown: bool, verdict: str, e
                                        indent=2) + "\n")
 
 
-__all__ = ["QUICK_RECIPES", "TASKS", "QuickRecipe", "eta_line", "slowdown", "task_eta_line", "grid_table", "grid_verdict", "recipe",
-           "row_config", "row_folder", "sequence_table", "sequence_verdict", "write_configs", "write_result"]
+__all__ = ["QUICK_RECIPES", "TASKS", "QuickRecipe", "eta_line", "slowdown", "task_eta_line", "grid_table",
+           "grid_verdict", "recipe", "row_config", "row_folder", "sequence_table", "sequence_verdict", "write_configs",
+           "write_result"]

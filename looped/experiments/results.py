@@ -84,6 +84,12 @@ class ResultTable:
         atomic_write_text(self.path, buffer.getvalue())
 
 
+def study_results(out: Path, columns: list[str], key: list[str]) -> ResultTable:
+    """A study's <out>/results.csv: one row per run (it marks the run done or failed), keyed by the study's axes,
+    with the --set overrides column the engine stamps on every row."""
+    return ResultTable(Path(out) / "results.csv", columns, key, extra=(OVERRIDES,))
+
+
 def machine() -> str:
     """What a result row ran on, e.g. "Intel(R) Xeon(R) Processor; 1 thread; torch 2.13.0+cpu": a rerun on
     another machine may differ by a point or two (different kernels and reduction orders)."""

@@ -17,16 +17,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import from_dict, merge
 from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
-from ..train.config import one_budget
+from ..train.config import recipe_config
 from . import report, rlt
 from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, panels, parameters,
                      percent_of, spread_of, table, write_table)
 from .report import MISSING, cell, column
-from .results import OVERRIDES, ResultTable
+from .results import ResultTable, study_results
 from .rlt_claims import CLAIMS
 from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
 
@@ -38,12 +37,11 @@ LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss"
 
 def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu") -> RunConfig:
     """The recipe of one (task, row, seed) at a scale, with `overrides` merged on top (same for every row)."""
-    return from_dict(RunConfig, one_budget(merge(rlt.run_config_dict(task, row, scale, seed), overrides or {}),
-                                            overrides or {}))
+    return recipe_config(rlt.run_config_dict(task, row, scale, seed), overrides)
 
 
 def results_table(out: Path) -> ResultTable:
-    return ResultTable(Path(out) / "results.csv", COLUMNS, ["task", "row", "seed"], extra=(OVERRIDES,))
+    return study_results(out, COLUMNS, ["task", "row", "seed"])
 
 
 class RltStudy(StudyBase):
@@ -64,9 +62,6 @@ class RltStudy(StudyBase):
 
     def config(self, key: dict) -> RunConfig:
         return run_config(key["task"], key["row"], key["seed"], self.overrides, scale=self.scale)
-
-    def folder(self, key: dict) -> Path:
-        return self.runs / key["task"] / key["row"] / f"seed{key['seed']}"
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         task, seed, row = key["task"], key["seed"], key["row"]
@@ -90,7 +85,21 @@ class RltStudy(StudyBase):
                           "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
 
     def report(self) -> None:
-        write_report(self.out, self.results, self.lengths, self.scale)
+        """table.md, then <task>.png (one panel per metric for S5: Fig. 13's prefix-token, final-state and
+        whole-sequence) and feedback.png (Fig. 8: every task's headline accuracy across its test grid)."""
+        lengths, scale = self.lengths, self.scale
+        write_table(self.out, (self.results, lengths), lambda: table_markdown(self.results, lengths, scale))
+        tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
+        labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
+        for task in tasks:
+            metrics = METRICS if task.startswith("s5") else (primary_metric(task),)
+            panels(self.out / f"{task}.png", metrics,
+                   lambda ax, metric: _curves(ax, lengths, task, metric, labels, f"{task}: {metric.replace('_', ' ')}"),
+                   size=(5.2, 3.8), title=f"{task}: {SUBTITLE}")
+        if tasks:
+            panels(self.out / "feedback.png", tasks,
+                   lambda ax, task: _curves(ax, lengths, task, primary_metric(task), labels, task),
+                   size=(5.0, 3.8), title=f"Feedback rows on every task: {SUBTITLE}")
 
 
 def primary_metric(task: str) -> str:
@@ -157,21 +166,6 @@ def _paper(task: str, row: str, length: int, metric: str) -> str:
     return rlt.PAPER_NOTES.get((task, row, length), MISSING)
 
 
-def write_report(out: Path, results: ResultTable, lengths: ResultTable, scale: str = "cpu") -> None:
-    write_table(out, (results, lengths), lambda: table_markdown(results, lengths, scale))
-    tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
-    labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
-    for task in tasks:  # one panel per metric for S5 (Fig. 13: prefix-token, final-state, whole-sequence)
-        metrics = METRICS if task.startswith("s5") else (primary_metric(task),)
-        panels(out / f"{task}.png", metrics, lambda ax, metric: _curves(ax, lengths, task, metric, labels,
-                                                                         f"{task}: {metric.replace('_', ' ')}"),
-               size=(5.2, 3.8), title=f"{task}: {SUBTITLE}")
-    if tasks:  # Fig. 8 style: the headline accuracy of every row across each task's test grid
-        panels(out / "feedback.png", tasks, lambda ax, task: _curves(ax, lengths, task, primary_metric(task),
-                                                                      labels, task),
-               size=(5.0, 3.8), title=f"Feedback rows on every task: {SUBTITLE}")
-
-
 # one colour per row in every panel and figure, in the plan's order
 ROW_COLORS = {row: f"C{i}" for i, row in enumerate(dict.fromkeys((*rlt.PLAN_ROWS, *rlt.ROWS)))}
 SUBTITLE = "accuracy against test length, mean ± SD over seeds, best-validation checkpoint, teacher-forced"
@@ -222,4 +216,4 @@ register_study(StudySpec(
     keep=lambda key, scale: key["row"] not in rlt.DEPTH_ROWS or key["task"] in rlt.DEPTH_TASKS))
 
 
-__all__ = ["RltStudy", "recipes", "run_config", "table_markdown", "write_report"]
+__all__ = ["RltStudy", "recipes", "run_config", "table_markdown"]

@@ -8,8 +8,9 @@ The `Study` it builds knows one run: its config, its folder, how to score it, an
 
 The engine owns the rest: planning (the product of the axes, filtered by the spec), claiming each run
 (several processes may share a study), training or resuming it, recording a failure as a row, one `RunSummary`
-per run, `--status`, `--stop-after`, the recipe writer, and the `looped reproduce` options (looped.cli builds
-them from the axes; nothing under experiments/ parses arguments).
+per run, scoring finished runs again for a score the study added later (`Backfill`), `--status`,
+`--stop-after`, the recipe writer, and the `looped reproduce` options (looped.cli builds them from the axes;
+nothing under experiments/ parses arguments).
 
     @register_study
     def my_paper() -> StudySpec: ...                 # or register_study(StudySpec(...)) at import
@@ -42,6 +43,7 @@ from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
 from ..train.trainer import TrainingInterrupted
 from .claims import ClaimSet
+from .report import finished
 from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
 
 Values = tuple | Callable[[str], tuple]  # a fixed tuple, or one per scale
@@ -128,6 +130,7 @@ class Study(Protocol):
 
     results: ResultTable  # a row there marks a run done (or failed)
     trains: bool  # False: a study call that only records (DRT --shortcuts-only): prepare, then report
+    backfills: tuple[Backfill, ...]  # scores added after some runs had finished (the engine's `backfill`)
 
     def config(self, key: dict):
         """The RunConfig of the run of `key` (ConfigError: the combination does not exist, it is skipped)."""
@@ -148,16 +151,32 @@ class Study(Protocol):
         """Rewrite tables, plots and claims.md from the CSVs (rows of other processes included)."""
 
 
+@dataclass(frozen=True)
+class Backfill:
+    """A score a study added after some of its runs had finished (a results column, a CSV of its own), taken
+    again from the run folders of the finished runs that lack it (see `backfill`)."""
+
+    what: str  # for the log: "scoring <what>: <run>"
+    table: ResultTable  # where the score lands
+    owed: Callable[[dict], bool]  # owed(key): the finished run of `key` lacks the score in `table`
+    score: Callable[[dict, Path], None]  # score(key, checkpoint): score the run and add its rows to `table`
+
+
 class StudyBase:
-    """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `folder`,
-    `evaluate` and `report`. It trains, scores every run right after training (nothing for `prepare`), and
-    a failed run's row carries the architecture where results.csv has such a column."""
+    """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `evaluate`
+    and `report`. It trains, scores every run right after training (nothing for `prepare`, no backfills), a
+    run trains in runs/<key values but the seed>/seed<S>, and a failed run's row carries the architecture where
+    results.csv has such a column."""
 
     results: ResultTable  # set by the subclass
     trains = True
+    backfills: tuple[Backfill, ...] = ()
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
+
+    def folder(self, key: dict) -> Path:
+        return self.runs.joinpath(*(str(v) for k, v in key.items() if k != "seed"), f"seed{key['seed']}")
 
     def failure_key(self, key: dict, config) -> dict:
         if "arch" in self.results.columns and "arch" not in key:  # the key alone would not say what failed
@@ -258,9 +277,7 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
             left = sum(not results.has(**k) for k in plan)
             log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
             return
-        name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join(f"{k}={v}" for k, v in key.items()))
-        claim = results.path.parent / ".claims" / f"{name}.lock"
-        with exclusive_lock(claim, wait=False) as mine:
+        with exclusive_lock(claim_path(results, key), wait=False) as mine:
             if not mine:
                 log(f"skipping {run_label(key)}: another process is running it")
                 continue
@@ -268,6 +285,29 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
             if results.has(**key):
                 continue
             yield key
+
+
+def claim_path(table: ResultTable, key: dict, what: str = "") -> Path:
+    """The lock file a process holds while it trains (or, with `what`, backfills) the run of `key`."""
+    parts = [what] if what else []
+    name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join([*parts, *(f"{k}={v}" for k, v in key.items())]))
+    return table.path.parent / ".claims" / f"{name}.lock"
+
+
+def backfill(study: Study, log) -> None:
+    """Every Backfill of the study, for each finished run that lacks it and whose run folder still holds its last
+    checkpoint (the others keep empty cells). Each is claimed like a training run, so two processes of one study
+    never score the same run twice."""
+    for fill in getattr(study, "backfills", ()):
+        for row in finished(study.results.rows):
+            key = {name: row[name] for name in study.results.key}
+            if not fill.owed(key) or (last := ckpt.find_checkpoint(study.folder(key) / "checkpoints" / "last")) is None:
+                continue
+            with exclusive_lock(claim_path(fill.table, key, fill.what), wait=False) as mine:
+                fill.table.reload()  # scored by another process meanwhile?
+                if mine and fill.owed(key):
+                    log(f"scoring {fill.what}: {run_label(key)}")
+                    fill.score(key, last)
 
 
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
@@ -387,6 +427,7 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
     train only rewrites the report)."""
     settings = overrides_text(overrides)
     study.results.stamp = {OVERRIDES: settings}
+    backfill(study, log)
     study.prepare(plan, log)
     for key in pending_runs(plan, study.results, stop_after=stop_after, log=log) if study.trains else ():
         check_same_settings(study.results, settings)
@@ -413,6 +454,6 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["Axis", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "build", "execute", "get_study",
-           "parse_select", "pending_runs", "plan_keys", "register_study", "run_study", "status", "status_report",
-           "study_names", "write_recipes", "write_report"]
+__all__ = ["Axis", "Backfill", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill", "build",
+           "claim_path", "execute", "get_study", "parse_select", "pending_runs", "plan_keys", "register_study",
+           "run_study", "status", "status_report", "study_names", "write_recipes", "write_report"]

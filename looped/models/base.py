@@ -112,11 +112,13 @@ class CausalLM(nn.Module):
 
     def state_to_tensors(self, state: DecodeState) -> tuple[dict[str, torch.Tensor], dict]:
         """(tensors, JSON-able metadata) of a decode state, to save it (`looped continue`)."""
-        raise ValueError(f"{self.arch_name or type(self).__name__} cannot save its decode state (rlt, rlt0 and mixture_of_recursions can)")
+        raise ValueError(f"{self.arch_name or type(self).__name__} cannot save its decode state "
+                         "(rlt, rlt0 and mixture_of_recursions can)")
 
     def state_from_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> DecodeState:
         """The decode state state_to_tensors saved; ValueError naming the first field that does not fit."""
-        raise ValueError(f"{self.arch_name or type(self).__name__} cannot restore a decode state (rlt, rlt0 and mixture_of_recursions can)")
+        raise ValueError(f"{self.arch_name or type(self).__name__} cannot restore a decode state "
+                         "(rlt, rlt0 and mixture_of_recursions can)")
 
     STATE_FIELDS: tuple[str, ...] = ()  # config fields a saved decode state must share with the model reading it
 

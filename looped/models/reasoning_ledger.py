@@ -46,7 +46,8 @@ def act_ledger(model, context: int, depth: int | None = None) -> Ledger:
         raise ValueError(f"depth (halting budget) must be in [1, model.max_steps={c.max_steps}], got {steps}")
     step = {**encoder_block(c, context), "halting unit": linear_flops(c.dim, 1)}
     return Ledger(model.arch_name, context, steps, front_and_readout(c, context), [dict(step) for _ in range(steps)],
-                  round_name="step", decodes=False, notes=["ACT stops once every position halted: this is the budget's maximum"])
+                  round_name="step", decodes=False,
+                  notes=["ACT stops once every position halted: this is the budget's maximum"])
 
 
 def refuse_depth(model, depth: int | None) -> None:

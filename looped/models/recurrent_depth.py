@@ -164,7 +164,8 @@ class DepthRecurrentCore(ReasoningModel):
         """Recurrence step t (0-based): H (n, L, d) -> (new H, gate z (n, L, d) or None)."""
         return self.update(h, self.depth_row(t), mask)
 
-    def update(self, h: torch.Tensor, row: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def update(self, h: torch.Tensor, row: torch.Tensor,
+               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One step with depth row E[t] (d,) given as a tensor, so every step shares one compiled graph."""
         h_block = self.block(h + row, mask)  # H~ = block(H + E[t])
         if self.gate is None:

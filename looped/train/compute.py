@@ -15,8 +15,9 @@ from ..models.ledger import TRAINING_FACTOR, model_ledger
 
 class UpdateFlops:
     """Training FLOPs of each update (3 x forward, the ledger's convention, or what the model's depth schedule runs
-    and back-propagates; 1 x forward where only an exit gate learns). Constant, except under a depth schedule that changes with the update (progressive): then
-    one figure per update until the schedule settles, and the settled one after.
+    and back-propagates; 1 x forward where only an exit gate learns). Constant, except under a depth schedule that
+    changes with the update (progressive): then one figure per update until the schedule settles, and the settled
+    one after.
     `calls`: forward calls per update over every process (processes x accumulation steps); work the ledger counts
     once per call (the workspace fold) is paid per call. Held-out evaluation is not training and is not counted."""
 

@@ -45,7 +45,8 @@ class TrainConfig:
     micro_batch_size: int | None = None  # sequences per forward/backward and process; None = no accumulation
     max_steps: int | None = None  # budget in optimizer updates ...
     max_targets: int | None = None  # ... or in scored targets ...
-    max_flops: float | None = None  # ... or in training FLOPs (the compute ledger, 3 x forward; exactly one of the three)
+    # ... or in training FLOPs (the compute ledger, 3 x forward; exactly one of the three)
+    max_flops: float | None = None
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast forward passes (weights stay fp32)
     eval_every: int = 0  # optimizer updates between held-out evaluations; 0 = only at the end
     eval_batches: int = 0  # held-out batches per evaluation; 0 = the whole held-out stream
@@ -140,9 +141,13 @@ def load_run_config(path: str | Path | list | None = None, overrides: list[str] 
     paths = [] if path is None else list(path) if isinstance(path, (list, tuple)) else [path]
     for one in paths:
         data = merge(data, read_yaml(one))
-    changes = parse_overrides(overrides or [])
-    data = merge(data, changes)
-    return from_dict(RunConfig, one_budget(data, changes))
+    return recipe_config(data, parse_overrides(overrides or []))
+
+
+def recipe_config(recipe: dict, overrides: dict | None = None) -> RunConfig:
+    """A recipe (a config as a dict) with `overrides` merged over it, one budget replacing the others, validated."""
+    overrides = overrides or {}
+    return from_dict(RunConfig, one_budget(merge(recipe, overrides), overrides))
 
 
 # The `looped quickstart` run (a small Transformer on KJV; README) and the base of `looped bench ddp`.

@@ -163,5 +163,5 @@ def policy_gradient_loss(logprobs: torch.Tensor, rollout: Rollout, rewards: torc
     return loss, stats
 
 
-__all__ = ["Rollout", "leave_one_out_baseline", "masked_sequence_loss", "masked_terms_loss", "per_example_loss", "policy_gradient_loss",
-           "pretraining_loss", "replay_logprobs", "sample_rollout", "sft_loss"]
+__all__ = ["Rollout", "leave_one_out_baseline", "masked_sequence_loss", "masked_terms_loss", "per_example_loss",
+           "policy_gradient_loss", "pretraining_loss", "replay_logprobs", "sample_rollout", "sft_loss"]

@@ -31,6 +31,8 @@ trained range) and returns {"loss": BCE, "accuracy", "steps", "rows"}.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,7 @@ import torch
 
 from ..data.tasks import ReasoningBatch, get_task
 from ..data.tasks.reasoning import reasoning_task_class, reasoning_task_names
-from ..eval.reasoning import unwrap, validation_metrics
+from ..eval.reasoning import AccuracyGrid, evaluate_grid, id_ood, unwrap, validation_metrics
 from .tasks import register_task_kind
 
 # Independent random streams derived from the data seed (numpy SeedSequence entropy [seed, stream]).
@@ -159,6 +161,34 @@ def test_rows(tc: ReasoningTaskConfig, train: ReasoningBatch, val: ReasoningBatc
     exclude = task.keys(train) | task.keys(val)
     return task.test_set(_seed_int(tc.data_seed, _TEST_STREAM), tc.test_per_bucket, tc.test_difficulties,
                          exclude=exclude)
+
+
+class TestSets:
+    """Test buckets per data configuration, built once per study (every row and seed shares the training data)."""
+
+    def __init__(self):
+        self._cache: dict[str, ReasoningBatch] = {}
+
+    def get(self, tc: ReasoningTaskConfig, *, other_generator: bool = False) -> ReasoningBatch:
+        """The test buckets of `tc`; with `other_generator` (graph only) the buckets of the other negative
+        generator (hard <-> the paper's), still none of them a training or validation row of `tc`."""
+        key = json.dumps({k: v for k, v in vars(tc).items() if k not in ("alpha", "steps_range", "val_steps",
+                                                                           "eval_steps")},
+                         sort_keys=True) + (" other" if other_generator else "")
+        if key not in self._cache:
+            _, train, val = training_data(tc)
+            test_config = dataclasses.replace(tc, hard_negatives=not tc.hard_negatives) if other_generator else tc
+            self._cache[key] = test_rows(test_config, train, val)
+        return self._cache[key]
+
+
+def score_grid(model, test: ReasoningBatch, tc: ReasoningTaskConfig, *, batch_size: int,
+               steps: tuple[int, ...] = ()) -> tuple[AccuracyGrid, dict]:
+    """A model's accuracy over the recipe's step budgets (and `steps`) x the test difficulties, and its ID / OOD
+    summary over the trained difficulty range (eval.reasoning.id_ood: best over sufficient budgets)."""
+    grid = evaluate_grid(model, test, sorted({*eval_steps(tc), *steps}), batch_size=batch_size)
+    trained = trained_difficulties(tc)
+    return grid, id_ood(grid, (min(trained), max(trained)))
 
 
 # ============================================================================ the Trainer's task
@@ -303,5 +333,5 @@ class ReasoningTrainTask:
 
 register_task_kind("reasoning", ReasoningTaskConfig, ReasoningTrainTask)
 
-__all__ = ["ReasoningTaskConfig", "ReasoningTrainTask", "StepBatch", "data_task",
-           "eval_steps", "test_rows", "trained_difficulties", "trained_steps_range", "training_data"]
+__all__ = ["ReasoningTaskConfig", "ReasoningTrainTask", "StepBatch", "TestSets", "data_task",
+           "eval_steps", "score_grid", "test_rows", "trained_difficulties", "trained_steps_range", "training_data"]

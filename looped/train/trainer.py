@@ -58,8 +58,8 @@ class TrainingInterrupted(TrainingError):
 # Keys --resume may change: they do not change the updates done so far (budget, logging, evaluation and
 # checkpoint cadence, threads, default checkpoint selection). Anything else would silently mix two runs.
 RESUMABLE_KEYS = frozenset(f"train.{k}" for k in (
-    "max_steps", "max_targets", "max_flops", "log_every", "eval_every", "eval_batches", "eval_batch_size", "checkpoint_every",
-    "threads", "tensorboard", "select",
+    "max_steps", "max_targets", "max_flops", "log_every", "eval_every", "eval_batches", "eval_batch_size",
+    "checkpoint_every", "threads", "tensorboard", "select",
     # how a run is spread over processes and where it is logged do not change what it computes: a DDP or FSDP
     # checkpoint resumes in one process, W&B can be turned on later
     "parallel", "wandb"))
@@ -279,7 +279,8 @@ class Trainer:
             raise ckpt.CheckpointError(f"{folder / 'trainer.json'}: unreadable ({err})") from None
         if meta["step"] > self.total_steps:
             raise TrainingError(f"--resume: the run is at update {meta['step']}, past the budget of "
-                                f"{self.total_steps} updates; raise train.max_steps / train.max_targets / train.max_flops")
+                                f"{self.total_steps} updates; raise train.max_steps / train.max_targets / "
+                                "train.max_flops")
         if meta.get("world") not in (None, self.dist.world) and self.config.data.sampler == "historical":
             self.log(f"resuming a {meta['world']}-process run with {self.dist.world} process(es)")
         optim_tensors = {k: v.to(self.dist.device) for k, v in tensors.items()}
