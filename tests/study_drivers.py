@@ -96,12 +96,13 @@ REPORT_FILES = ("table.md", "claims.md")
 
 def check_committed_report_regenerates(name: str, tmp_path: Path) -> bool:
     """False when the study has no committed results here (the caller skips)."""
-    committed = REPO / "results" / f"{name}_cpu"
+    spec = engine.get_study(name)
+    committed = REPO / "results" / spec.folder_name("cpu", {flag.name: flag.default for flag in spec.flags})
     if not (committed / "results.csv").exists():
         return False
     copy = tmp_path / committed.name
     shutil.copytree(committed, copy, ignore=shutil.ignore_patterns("*.png", *REPORT_FILES))
-    engine.write_report(engine.get_study(name), engine.build(name, copy, tmp_path / "runs"))
+    engine.write_report(spec, engine.build(name, copy, tmp_path / "runs"))
     for file in REPORT_FILES:
         if (committed / file).exists():
             assert (copy / file).read_text() == (committed / file).read_text(), \

@@ -28,7 +28,7 @@ def test_shipped_recipes_are_generated(name, tmp_path):
 @pytest.mark.parametrize("name", STUDIES)
 def test_committed_report_regenerates_byte_identically(name, tmp_path):
     if not study_drivers.check_committed_report_regenerates(name, tmp_path):
-        pytest.skip(f"no committed results/{name}_cpu")
+        pytest.skip(f"no committed results of study {name}")
 
 
 # --- the engine ------------------------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ class StudyBase:
 
 # --- the registry ------------------------------------------------------------------------------------------------
 _STUDIES: dict[str, StudySpec] = {}
-BUILTIN_MODULES = ("board_study", "clw_study", "drt_study", "rlt_study")
+BUILTIN_MODULES = ("board_study", "clw_study", "depth_study", "drt_study", "rlt_study")
 ENTRY_POINT_GROUP = "looped.studies"
 
 
