@@ -83,3 +83,9 @@ def test_the_readme_block_states_paired_differences_over_seeds_and_their_reading
     at_3 = table_line(block, "held-out bits/byte at depth 3")  # -0.04, -0.43, +0.35: the seeds disagree
     assert at_3[4].startswith("no clear difference"), at_3
     assert outcome([0.2]) == "one seed only (1 pair)"
+
+
+def test_a_count_without_spread_is_not_called_beyond_two_standard_errors():
+    from looped.experiments.depth_front import outcome
+    assert outcome([-75.9, -75.9, -75.9]) == "lower for random depth in every seed (a count)"
+    assert "beyond 2 standard errors" in outcome([-0.3, -0.2, -0.25])

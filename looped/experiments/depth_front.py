@@ -36,6 +36,9 @@ def outcome(diffs: list[float]) -> str:
         return f"one seed only ({len(diffs)} pair)"
     mean, se = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
     lower = sum(d < 0 for d in diffs)
+    if se == 0:  # a count, not a measurement (the ledger's FLOPs): no spread to test against
+        direction = "lower" if mean < 0 else "higher" if mean > 0 else "the same"
+        return f"{direction} for random depth in every seed (a count)"
     signs = f"lower in {lower} of {len(diffs)} seeds"
     if abs(mean) <= 2 * se:
         return f"no clear difference (within 2 standard errors; {signs})"
