@@ -1,6 +1,6 @@
 """The README's generated blocks: the claims summary (one line per claim of the three papers), the learning
-goals (looped.experiments.goals) and the leaderboard's front table (looped.experiments.board_front), all from the
-committed results.
+goals (looped.experiments.goals), the leaderboard's front table (looped.experiments.board_front) and the task
+quickstarts' table (looped.experiments.quickstart_table), all from the committed results.
 
     python -m looped.experiments.summary README.md     # rewrite each block between its two markers
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
-from . import board_front, goals
+from . import board_front, goals, quickstart_table
 from .render import left, table
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
@@ -36,7 +36,8 @@ def summary_block(results: Path) -> str:
 
 # each generated block: its markers and what renders it from the results folder
 BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_block),
-          (board_front.BEGIN, board_front.END, board_front.front_block))
+          (board_front.BEGIN, board_front.END, board_front.front_block),
+          (quickstart_table.BEGIN, quickstart_table.END, quickstart_table.quickstart_block))
 
 
 def replace_block(text: str, begin: str, end: str, block: str, name: str = "README") -> str:
@@ -61,4 +62,4 @@ def rewrite_readme(readme: Path, results: Path) -> bool:
 if __name__ == "__main__":  # pragma: no cover - the command line above
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
     changed = rewrite_readme(target, target.parent / "results")
-    print(f"{target}: claims summary, learning goals and leaderboard {'rewritten' if changed else 'already current'}")
+    print(f"{target}: claims summary, learning goals, leaderboard and quickstart table {'rewritten' if changed else 'already current'}")
