@@ -164,13 +164,15 @@ def test_unknown_task_is_one_line(capsys):
     assert len(err) == 1 and "invalid choice: 'nope'" in err[0]
 
 
-def test_eta_states_the_idle_condition_and_scales_with_the_load():
+def test_eta_states_the_idle_condition_and_scales_with_the_load(monkeypatch):
     idle = quick.eta_line("(KJV bytes)", 5, 14, threads=2, load=0.0, cores=2)
     assert idle == ("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA here ~5 min "
                     "(2 torch thread(s), load average 0.0 on 2 core(s))")
     assert "ETA here ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
     # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core
     assert "ETA here ~3 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)  # 2 idle x 1.5
+    monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "logic": dataclasses.replace(
+        quick.QUICK_RECIPES["logic"], idle_minutes=None)})
     assert quick.task_eta_line("logic", threads=1).endswith("its time is not measured yet")
 
 
@@ -226,4 +228,4 @@ def test_readme_quickstart_table_is_generated_from_the_recorded_results(tmp_path
     path.write_text(json.dumps(flipped))
     line = next(row for row in quickstart_block(copy).splitlines() if row.startswith("| `graph` |"))
     assert "**NOT shown** (seed 42, `graph.json`)" in line
-    assert "7.0 min wall at load average 2 → 3; **3.5 min of CPU time**" in line
+    assert "7.0 min wall (load average 2 → 3 in its last call); **3.5 min of CPU time**" in line

@@ -65,7 +65,7 @@ def took(task: str, result: dict) -> str:
         parts = [f"{result['minutes_this_call']:.1f} min wall (its last call only; probes.md has the rest)"]
     if "load_average_this_call" in result:
         start, end = result["load_average_this_call"]
-        parts[0] += f" at load average {start:g} → {end:g}"
+        parts[0] += f" (load average {start:g} → {end:g} in its last call)"
     if "cpu_minutes_all_calls" in result:
         parts.append(f"**{result['cpu_minutes_all_calls']:.1f} min of CPU time** (≈ on idle cores)")
     stated = quick.recipe(task).idle_minutes
