@@ -115,9 +115,9 @@ MINUTES_FILE = "quickstart_minutes.json"  # RUN/<this>: the minutes every call s
 
 
 def earlier_minutes(out: Path) -> dict:
-    """Wall and CPU minutes the earlier calls of this quickstart spent ({"minutes_all_calls": .., "cpu_minutes_all_calls":
-    ..}), so a quickstart resumed after Ctrl-C, or run again to print its table, still records what the whole
-    took. RUN/quickstart.json is written only by a call that got to its table, so the count lives in its own
+    """Wall and CPU minutes the earlier calls of this quickstart spent ({"minutes_all_calls": ..,
+    "cpu_minutes_all_calls": ..}), so a quickstart resumed after Ctrl-C, or run again to print its table, still
+    records what the whole took. RUN/quickstart.json is written only by a call that got to its table, so the count lives in its own
     file, which every call adds to even when it stops early."""
     import json
 
@@ -166,7 +166,8 @@ def cmd_task_quickstart(args) -> int:
     # the CPU time of a one-thread run is about its wall time on an idle machine, whatever the load here
     extra = {**numbers, "minutes_this_call": round(minutes, 2),
              **{key: round(value, 2) for key, value in all_calls.items()},
-             "load_average_this_call": [round(load_start, 1), round(os.getloadavg()[0], 1)], "overrides": list(args.set),
+             "load_average_this_call": [round(load_start, 1), round(os.getloadavg()[0], 1)],
+             "overrides": list(args.set),
              "seed": {row: c.train.seed for row, c in configs.items()},
              "updates": {row: c.train.max_steps for row, c in configs.items()}}
     quick.write_result(out / "quickstart.json", task, table, shown, verdict, extra)

@@ -40,7 +40,7 @@ class QuickRecipe:
     rows: dict = field(default_factory=dict)
     columns: tuple[int, ...] = ()  # test lengths (sequence) or difficulties (reasoning)
     test_rows: int = 256  # rows per test length / difficulty
-    idle_minutes: float | None = None  # measured under load, scaled to 2 idle cores (probes.md); None: unmeasured
+    idle_minutes: float | None = None  # on 2 idle cores: CPU minutes or load-scaled wall (probes.md); None: not known
     caveat: str = ""  # printed beside the table when the recipe does not show the point in every seed
 
 

@@ -42,8 +42,8 @@ def trains(task: str, result: dict) -> str:
                 f"{model['window']}) and a 4-layer Transformer, {UNITS[task]} {low}–{high}, {updates:,} updates "
                 f"each at lr {lr:g}")
     low, high = result["trained_difficulties"]
-    return f"the depth-recurrent core (d {config['model']['dim']}), {UNITS[task]} {low}–{high}, {updates:,} updates " \
-           f"at lr {lr:g}"
+    dim = config["model"]["dim"]
+    return f"the depth-recurrent core (d {dim}), {UNITS[task]} {low}–{high}, {updates:,} updates at lr {lr:g}"
 
 
 def shows(runs: list[tuple[str, dict]]) -> str:
@@ -77,7 +77,8 @@ def quickstart_block(results: Path) -> str:
     """The markdown table (between the markers) of every task with a recorded quickstart."""
     found = [(task, runs) for task in quick.TASKS if (runs := recorded(results, task))]
     columns = [left("task", lambda f: f"`{f[0]}`"), left("trains", lambda f: trains(f[0], f[1][0][1])),
-               left("shows", lambda f: shows(f[1])), left("time (results/quickstart/)", lambda f: took(f[0], f[1][0][1]))]
+               left("shows", lambda f: shows(f[1])),
+               left("time (results/quickstart/)", lambda f: took(f[0], f[1][0][1]))]  # f: task, [(file, result)]
     return "\n".join([BEGIN, "", *table(columns, found), "", END])
 
 
