@@ -70,6 +70,30 @@ def test_ctrl_c_in_a_task_quickstart_names_the_quickstart_itself(tmp_path, monke
     assert "looped train" not in err
 
 
+def test_minutes_of_an_interrupted_call_count_in_the_resumed_quickstarts_total(tmp_path, monkeypatch):
+    """minutes_all_calls was read back from RUN/quickstart.json, which only a call that reaches its table writes:
+    the minutes a call trained before Ctrl-C were lost (the logic quickstart recorded 21 of its 74 minutes)."""
+    import types
+
+    from looped.cli import quickstart as cli_quick
+
+    monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "parity": dataclasses.replace(
+        quick.QUICK_RECIPES["parity"], columns=(4, 32), test_rows=4)})
+    ticks = iter(range(0, 10_000, 30))  # each reading of the quickstart's clock is 30 s after the last
+    cpu_ticks = iter(range(0, 10_000, 6))  # and its CPU clock 6 s (a fifth of a core: a loaded machine)
+    monkeypatch.setattr(cli_quick, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks)),
+                                                                 process_time=lambda: float(next(cpu_ticks))))
+    out = tmp_path / "qs"
+    argv = ["quickstart", "--task", "parity", "--out", str(out), "--no-progress", *TINY_SEQUENCE]
+    with monkeypatch.context() as interrupted:
+        interrupt_after_first_update(interrupted)
+        assert main(argv) == 130  # 0.5 min, then Ctrl-C
+    assert main(argv) == 0  # resumed: another 0.5 min
+    result = json.loads((out / "quickstart.json").read_text())
+    assert result["minutes_this_call"] == 0.5 and result["minutes_all_calls"] == 1.0
+    assert result["cpu_minutes_all_calls"] == 0.2
+
+
 def test_seed_trains_every_row_with_it_beside_the_default_run(tmp_path, monkeypatch, capsys):
     """A second seed of a quickstart (how often does parity learn?) needs its own folder and must say which seed
     it trained; the resume hint keeps the seed, or a resumed run would continue under another one."""
@@ -140,13 +164,15 @@ def test_unknown_task_is_one_line(capsys):
     assert len(err) == 1 and "invalid choice: 'nope'" in err[0]
 
 
-def test_eta_states_the_idle_condition_and_scales_with_the_load():
+def test_eta_states_the_idle_condition_and_scales_with_the_load(monkeypatch):
     idle = quick.eta_line("(KJV bytes)", 5, 14, threads=2, load=0.0, cores=2)
     assert idle == ("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA here ~5 min "
                     "(2 torch thread(s), load average 0.0 on 2 core(s))")
     assert "ETA here ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
     # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core
     assert "ETA here ~3 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)  # 2 idle x 1.5
+    monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "logic": dataclasses.replace(
+        quick.QUICK_RECIPES["logic"], idle_minutes=None)})
     assert quick.task_eta_line("logic", threads=1).endswith("its time is not measured yet")
 
 
@@ -181,3 +207,25 @@ def test_text_quickstart_records_its_result_where_asked(tmp_path, capsys):
     result = json.loads(record.read_text())
     assert result == json.loads((out / "quickstart.json").read_text())
     assert result["bits_per_byte"] > 0 and result["torch_threads"] >= 1 and "minutes" in result
+
+
+def test_readme_quickstart_table_is_generated_from_the_recorded_results(tmp_path):
+    """The README's quickstart table was typed by hand: its numbers and verdicts could drift from the JSON files
+    (logic was 'run with 1,000 updates' in prose only). It must be the block the committed files give, and a
+    recorded change (a verdict that flips, a new CPU time) must change it."""
+    import shutil
+
+    from looped.experiments.quickstart_table import quickstart_block
+
+    results = REPO / "results"
+    assert quickstart_block(results) in (REPO / "README.md").read_text(), \
+        "README's quickstart table is stale: python -m looped.experiments.summary README.md"
+    copy = tmp_path / "results"
+    shutil.copytree(results / "quickstart", copy / "quickstart")
+    path = copy / "quickstart" / "graph.json"
+    flipped = {**json.loads(path.read_text()), "shown": False, "minutes_all_calls": 7.0, "cpu_minutes_all_calls": 3.5,
+               "load_average_this_call": [2.0, 3.0]}
+    path.write_text(json.dumps(flipped))
+    line = next(row for row in quickstart_block(copy).splitlines() if row.startswith("| `graph` |"))
+    assert "**NOT shown** (seed 42, `graph.json`)" in line
+    assert "7.0 min wall (load average 2 → 3 in its last call); **3.5 min of CPU time**" in line

@@ -10,6 +10,7 @@ then scores and prints the table; a finished quickstart only scores and prints a
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -110,16 +111,35 @@ def score_reasoning(task: str, out: Path) -> tuple[str, bool, str, dict]:
                                    "rows_per_difficulty": [int(n) for n in grid.rows]}
 
 
-def earlier_minutes(out: Path) -> float:
-    """Minutes the earlier calls of this quickstart spent (its RUN/quickstart.json), so a quickstart resumed
-    after Ctrl-C, or run again to print its table, still records what the whole took."""
+MINUTES_FILE = "quickstart_minutes.json"  # RUN/<this>: the minutes every call so far spent, interrupted or not
+
+
+def earlier_minutes(out: Path) -> dict:
+    """Wall and CPU minutes the earlier calls of this quickstart spent ({"minutes_all_calls": ..,
+    "cpu_minutes_all_calls": ..}), so a quickstart resumed after Ctrl-C, or run again to print its table, still
+    records what the whole took. RUN/quickstart.json is written only by a call that got to its table, so the count lives in its own
+    file, which every call adds to even when it stops early."""
     import json
 
     try:
-        earlier = json.loads((out / "quickstart.json").read_text())
-    except (OSError, ValueError):
-        return 0.0
-    return float(earlier.get("minutes_all_calls", earlier.get("minutes_this_call", 0.0)))
+        earlier = json.loads((out / MINUTES_FILE).read_text())
+        return {key: float(earlier.get(key, 0.0)) for key in ("minutes_all_calls", "cpu_minutes_all_calls")}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {"minutes_all_calls": 0.0, "cpu_minutes_all_calls": 0.0}
+
+
+def add_call_minutes(out: Path, minutes: float, cpu_minutes: float) -> dict:
+    """Add this call's wall and CPU minutes to RUN/quickstart_minutes.json; the totals of every call so far."""
+    import json
+
+    from ..io import atomic_write_text
+
+    earlier = earlier_minutes(out)
+    total = {"minutes_all_calls": round(earlier["minutes_all_calls"] + minutes, 4),
+             "cpu_minutes_all_calls": round(earlier["cpu_minutes_all_calls"] + cpu_minutes, 4)}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / MINUTES_FILE, json.dumps(total) + "\n")
+    return total
 
 
 def cmd_task_quickstart(args) -> int:
@@ -129,18 +149,25 @@ def cmd_task_quickstart(args) -> int:
     print(quick.task_eta_line(task, threads=1))
     if spec.caveat:
         print(f"note: {spec.caveat}")
-    start = time.perf_counter()
-    configs = train_rows(task, out, overrides(args), args)
-    score = score_sequence if spec.family == "sequence" else score_reasoning
-    table, shown, verdict, numbers = score(task, out)
-    minutes = (time.perf_counter() - start) / 60
+    start, cpu_start, load_start = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+    try:
+        configs = train_rows(task, out, overrides(args), args)
+        score = score_sequence if spec.family == "sequence" else score_reasoning
+        table, shown, verdict, numbers = score(task, out)
+    finally:  # a Ctrl-C (or any failure) still counts the minutes this call trained
+        minutes = (time.perf_counter() - start) / 60
+        all_calls = add_call_minutes(out, minutes, (time.process_time() - cpu_start) / 60)
     print(f"\n{table}")
     print(("shown: " if shown else "NOT shown in this run: ") + verdict)
     if spec.caveat and not shown:
         print(f"(expected at this budget: {spec.caveat})")
-    print(f"{minutes:.1f} min (this call; a resumed quickstart counts only its own part)")
+    print(f"{minutes:.1f} min this call, {all_calls['minutes_all_calls']:.1f} min in all calls of this quickstart "
+          f"({all_calls['cpu_minutes_all_calls']:.1f} min of CPU time: about its time on idle cores)")
+    # the CPU time of a one-thread run is about its wall time on an idle machine, whatever the load here
     extra = {**numbers, "minutes_this_call": round(minutes, 2),
-             "minutes_all_calls": round(earlier_minutes(out) + minutes, 2), "overrides": list(args.set),
+             **{key: round(value, 2) for key, value in all_calls.items()},
+             "load_average_this_call": [round(load_start, 1), round(os.getloadavg()[0], 1)],
+             "overrides": list(args.set),
              "seed": {row: c.train.seed for row, c in configs.items()},
              "updates": {row: c.train.max_steps for row, c in configs.items()}}
     quick.write_result(out / "quickstart.json", task, table, shown, verdict, extra)

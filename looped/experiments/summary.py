@@ -1,7 +1,8 @@
 """The README's generated blocks: the claims summary (one line per claim of the three papers), the learning
 goals (looped.experiments.goals), the leaderboard's front table (looped.experiments.board_front), the
-`looped compare` answer on the KJV (looped.experiments.compare_front) and the depth-schedule answer
-(looped.experiments.depth_front), all from the committed results.
+`looped compare` answer on the KJV (looped.experiments.compare_front), the depth-schedule answer
+(looped.experiments.depth_front) and the task quickstarts' table (looped.experiments.quickstart_table), all from
+the committed results.
 
     python -m looped.experiments.summary README.md     # rewrite each block between its two markers
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
-from . import board_front, compare_front, depth_front, goals
+from . import board_front, compare_front, depth_front, goals, quickstart_table
 from .render import left, table
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
@@ -39,7 +40,8 @@ def summary_block(results: Path) -> str:
 BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_block),
           (board_front.BEGIN, board_front.END, board_front.front_block),
           (compare_front.BEGIN, compare_front.END, compare_front.compare_block),
-          (depth_front.BEGIN, depth_front.END, depth_front.depth_block))
+          (depth_front.BEGIN, depth_front.END, depth_front.depth_block),
+          (quickstart_table.BEGIN, quickstart_table.END, quickstart_table.quickstart_block))
 
 
 def replace_block(text: str, begin: str, end: str, block: str, name: str = "README") -> str:
@@ -64,4 +66,4 @@ def rewrite_readme(readme: Path, results: Path) -> bool:
 if __name__ == "__main__":  # pragma: no cover - the command line above
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
     changed = rewrite_readme(target, target.parent / "results")
-    print(f"{target}: claims summary, learning goals, leaderboard, compare and depth-schedule blocks {'rewritten' if changed else 'already current'}")
+    print(f"{target}: every generated block {'rewritten' if changed else 'already current'}")
