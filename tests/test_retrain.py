@@ -142,6 +142,7 @@ def test_stop_after_zero_a_claimed_run_or_a_study_without_a_check_retrains_nothi
     study.reproduces = None
     assert retrain.retrain_owed(study, toy.plan, progress=False, log=toy.log.append) == []
     assert "cannot check a retrained run against its row" in toy.log[-1]
+    assert "cannot check a retrain against its row" in engine.retrain_status(study, toy.plan)
     assert not toy.study.folder(toy.key).exists(), "a run was retrained"
 
 

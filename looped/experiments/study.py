@@ -448,8 +448,12 @@ def retrain_status(study: Study, plan: list[dict]) -> str:
     (nothing when there are none)."""
     owed = len(owed_retrains(study, plan))
     differ = sum((retrain_verdict(study.folder(key)) or "").startswith(DIFFERS) for key in plan)
-    lines = [f"owed: {owed} run{'s need' if owed != 1 else ' needs'} --retrain-owed (finished, owe a backfill, "
-             "no run folder to take it from)"] if owed else []
+    if owed and getattr(study, "reproduces", None) is None:
+        lines = [f"owed: {owed} run(s) owe a backfill and have no run folder, but this study cannot check a retrain "
+                 "against its row (no `reproduces`), so --retrain-owed cannot fill them"]
+    else:
+        lines = [f"owed: {owed} run{'s need' if owed != 1 else ' needs'} --retrain-owed (finished, owe a backfill, "
+                 "no run folder to take it from)"] if owed else []
     if differ:
         lines.append(f"not reproduced: {differ} retrained run(s) differ from their rows ({RETRAINED} in the run "
                      "folder says by how much)")
