@@ -38,14 +38,20 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     table = (out / "table.md").read_text()
     assert "| workspace |" in table and "## Early exit at inference" in table and "by position" in table
 
-    # a run finished before the study kept positions: scored again from its folder on the next invocation
+    # a run finished before the study kept positions (or a looped run before the early-exit sweep): scored again
+    # from its folder on the next invocation
     kept = [r for r in positions if not (r["corpus"] == "enwik8" and r["row"] == "plain")]
     table_ = clw_study.positions_table(out)
     table_.rows = kept
     table_.save()
+    exits_before = (out / "early_exit.csv").read_text()
+    exits_ = clw_study.ClwStudy(out, runs).exits
+    exits_.rows = [r for r in exits_.rows if r["corpus"] != "enwik8"]
+    exits_.save()
     messages = []
     engine.run_study("clw", out, runs, **{**kwargs, "log": messages.append})
-    assert messages == ["scoring by position: enwik8 / plain / 11"]
+    assert messages == ["scoring by position: enwik8 / plain / 11", "scoring early exit: enwik8 / workspace / 11"]
+    assert sorted((out / "early_exit.csv").read_text().splitlines()) == sorted(exits_before.splitlines())
     again = {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in csv.DictReader(open(out / "positions.csv"))}
     assert again == {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in positions}
     assert (out / "results.csv").read_text() == before

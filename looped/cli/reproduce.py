@@ -4,6 +4,7 @@
     looped reproduce drt --scale cpu [--tasks ...] [--archs ...] [--alphas ...] [--shortcuts-only]
     looped reproduce rlt --scale cpu [--tasks ...] [--seeds ...] [--rows ...]
     looped reproduce <study> ... --status | --report | --write-recipes | --stop-after MINUTES | --set KEY=VALUE
+    looped reproduce <study> ... --retrain-owed   # finished runs owing a backfill whose folders are gone
 
 Every axis of a study (looped.experiments.study.Axis) is one option taking several values; every Flag one more
 option. A study registered by a plugin gets its sub-command the same way.
@@ -42,6 +43,10 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
                              "(trains nothing)")
     parser.add_argument("--write-recipes", action="store_true",
                         help=f"write the study's recipes under configs/{spec.name}/ of the repository and exit")
+    parser.add_argument("--retrain-owed", action="store_true",
+                        help="train again each finished run that owes a score added later (a backfill) and whose "
+                             "run folder is gone, check it reproduces its results.csv row, then score it; trains "
+                             "no other run (--status counts them)")
     parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -90,6 +95,13 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
     if args.report:
         engine.write_report(spec, engine.build(spec, out, runs, scale=args.scale, **flags), args.scale)
         print((out / "claims.md").read_text() if (out / "claims.md").exists() else (out / "table.md").read_text())
+        return 0
+    if args.retrain_owed:
+        from ..experiments.retrain import retrain_study
+
+        retrain_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
+                      progress=not args.no_progress, stop_after=args.stop_after, **flags)
+        print((out / "table.md").read_text())
         return 0
     engine.run_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
                      progress=not args.no_progress, stop_after=args.stop_after, **flags)

@@ -8,8 +8,9 @@ The `Study` it builds knows one run: its config, its folder, how to score it, an
 
 The engine owns the rest: planning (the product of the axes, filtered by the spec), claiming each run
 (several processes may share a study), training or resuming it, recording a failure as a row, one `RunSummary`
-per run, scoring finished runs again for a score the study added later (`Backfill`), `--status`,
-`--stop-after`, the recipe writer, and the `looped reproduce` options (looped.cli builds them from the axes;
+per run, scoring finished runs again for a score the study added later (`Backfill`; a run whose folder is gone
+is trained again and checked against its row first: experiments/retrain.py), `--status`, `--stop-after`, the
+recipe writer, and the `looped reproduce` options (looped.cli builds them from the axes;
 nothing under experiments/ parses arguments).
 
     @register_study
@@ -131,6 +132,9 @@ class Study(Protocol):
     results: ResultTable  # a row there marks a run done (or failed)
     trains: bool  # False: a study call that only records (DRT --shortcuts-only): prepare, then report
     backfills: tuple[Backfill, ...]  # scores added after some runs had finished (the engine's `backfill`)
+    # reproduces(key, run): None when a retrained run gives its committed row's headline figure, else a one-line
+    # reason; None in place of the method: the study cannot check a retrain, so `--retrain-owed` trains nothing
+    reproduces: Callable[[dict, RunSummary], str | None] | None
 
     def config(self, key: dict):
         """The RunConfig of the run of `key` (ConfigError: the combination does not exist, it is skipped)."""
@@ -164,13 +168,14 @@ class Backfill:
 
 class StudyBase:
     """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `evaluate`
-    and `report`. It trains, scores every run right after training (nothing for `prepare`, no backfills), a
-    run trains in runs/<key values but the seed>/seed<S>, and a failed run's row carries the architecture where
-    results.csv has such a column."""
+    and `report`. It trains, scores every run right after training (nothing for `prepare`, no backfills, so no
+    `reproduces` check), a run trains in runs/<key values but the seed>/seed<S>, and a failed run's row carries
+    the architecture where results.csv has such a column."""
 
     results: ResultTable  # set by the subclass
     trains = True
     backfills: tuple[Backfill, ...] = ()
+    reproduces = None  # no check of a retrained run against its row (see Study.reproduces)
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
@@ -294,20 +299,58 @@ def claim_path(table: ResultTable, key: dict, what: str = "") -> Path:
     return table.path.parent / ".claims" / f"{name}.lock"
 
 
-def backfill(study: Study, log) -> None:
-    """Every Backfill of the study, for each finished run that lacks it and whose run folder still holds its last
-    checkpoint (the others keep empty cells). Each is claimed like a training run, so two processes of one study
-    never score the same run twice."""
+def backfill(study: Study, log, keys: list[dict] | None = None) -> None:
+    """Every Backfill of the study, for each finished run (of `keys`, default all) that lacks it and whose run
+    folder holds a last checkpoint it may score (`backfill_checkpoint`; the others keep empty cells). Each is
+    claimed like a training run, so two processes of one study never score the same run twice."""
+    if keys is None:
+        keys = [{name: row[name] for name in study.results.key} for row in finished(study.results.rows)]
     for fill in getattr(study, "backfills", ()):
-        for row in finished(study.results.rows):
-            key = {name: row[name] for name in study.results.key}
-            if not fill.owed(key) or (last := ckpt.find_checkpoint(study.folder(key) / "checkpoints" / "last")) is None:
+        for key in keys:
+            if not fill.owed(key) or (last := backfill_checkpoint(study.folder(key))) is None:
                 continue
             with exclusive_lock(claim_path(fill.table, key, fill.what), wait=False) as mine:
                 fill.table.reload()  # scored by another process meanwhile?
                 if mine and fill.owed(key):
                     log(f"scoring {fill.what}: {run_label(key)}")
                     fill.score(key, last)
+
+
+# A run folder trained again because its committed row's folder was gone holds RETRAINED: "retraining" until the
+# retrained run is checked against the row, then "reproduces ..." or "does not reproduce: <both numbers>".
+RETRAINED = "retrained.txt"
+RETRAINING, REPRODUCES, DIFFERS = "retraining", "reproduces", "does not reproduce"
+
+
+def retrain_verdict(folder: Path) -> str | None:
+    """The first line of a run folder's RETRAINED file; None for a folder that was never retrained."""
+    path = Path(folder) / RETRAINED
+    return path.read_text().splitlines()[0] if path.exists() else None
+
+
+def backfill_checkpoint(folder: Path) -> Path | None:
+    """The last checkpoint a Backfill may score: None when there is none, and when the folder was retrained and
+    not shown to reproduce its row (a retrain half-way, unchecked, or off the row's figure)."""
+    verdict = retrain_verdict(folder)
+    if verdict is not None and not verdict.startswith(REPRODUCES):
+        return None
+    return ckpt.find_checkpoint(Path(folder) / "checkpoints" / "last")
+
+
+def owed_retrains(study: Study, plan: list[dict]) -> list[dict]:
+    """The runs of `plan` that finished (a row in results.csv), owe a Backfill, and have no checkpoint to score
+    it from: their folder is gone (only the row was kept), or a retrain of it has not finished and been checked."""
+    def owed(key: dict) -> bool:
+        row = study.results.find(**key)
+        if row is None or not finished([row]) or not any(fill.owed(key) for fill in getattr(study, "backfills", ())):
+            return False
+        folder = study.folder(key)
+        verdict = retrain_verdict(folder)
+        if verdict is None:
+            return ckpt.find_checkpoint(folder / "checkpoints" / "last") is None
+        return verdict.startswith(RETRAINING)
+
+    return [key for key in plan if owed(key)]
 
 
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
@@ -397,7 +440,24 @@ def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", 
     spec = get_study(spec) if isinstance(spec, str) else spec
     study = build(spec, out, runs, scale=scale, **options)
     plan = runnable(study, plan_keys(spec, scale, select), log)
-    return status_report(study.results, plan, f"{spec.name} {scale}")
+    return status_report(study.results, plan, f"{spec.name} {scale}") + retrain_status(study, plan)
+
+
+def retrain_status(study: Study, plan: list[dict]) -> str:
+    """--status's lines on retrains: how many runs owe one, how many retrained runs did not reproduce their row
+    (nothing when there are none)."""
+    owed = len(owed_retrains(study, plan))
+    differ = sum((retrain_verdict(study.folder(key)) or "").startswith(DIFFERS) for key in plan)
+    if owed and getattr(study, "reproduces", None) is None:
+        lines = [f"owed: {owed} run(s) owe a backfill and have no run folder, but this study cannot check a retrain "
+                 "against its row (no `reproduces`), so --retrain-owed cannot fill them"]
+    else:
+        lines = [f"owed: {owed} run{'s need' if owed != 1 else ' needs'} --retrain-owed (finished, owe a backfill, "
+                 "no run folder to take it from)"] if owed else []
+    if differ:
+        lines.append(f"not reproduced: {differ} retrained run(s) differ from their rows ({RETRAINED} in the run "
+                     "folder says by how much)")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
@@ -454,6 +514,7 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["Axis", "Backfill", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill", "build",
-           "claim_path", "execute", "get_study", "parse_select", "pending_runs", "plan_keys", "register_study",
-           "run_study", "status", "status_report", "study_names", "write_recipes", "write_report"]
+__all__ = ["Axis", "Backfill", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill",
+           "backfill_checkpoint", "build", "claim_path", "execute", "get_study", "owed_retrains", "parse_select",
+           "pending_runs", "plan_keys", "register_study", "retrain_status", "retrain_verdict", "run_study",
+           "status", "status_report", "study_names", "write_recipes", "write_report"]

@@ -1,0 +1,163 @@
+"""`looped reproduce NAME --retrain-owed` (looped/experiments/retrain.py) on CLW's toy setting: a finished run whose
+folder is gone and that owes a Backfill (CLW's scores by position) is trained again, checked against its committed
+row, and scored only when it reproduces it; results.csv is never written."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import study_drivers
+from looped.experiments import clw, clw_study, retrain
+from looped.experiments.results import exclusive_lock
+from looped.experiments import study as engine
+from looped.train import Trainer
+
+STUDY = "clw"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """The toy plan of CLW trained and scored once (two runs); each test works on a copy."""
+    root = tmp_path_factory.mktemp("clw_toy")
+    setting = study_drivers.toy(STUDY, root)
+    engine.run_study(STUDY, root / "results", root / "runs", select=setting["select"],
+                     overrides=setting["overrides"], progress=False, log=lambda m: None, **setting["options"])
+    return root
+
+
+class Toy:
+    """A copy of the trained toy study, with a looped run's folder and its position and early-exit scores removed
+    (as for the committed runs whose folders are gone)."""
+
+    def __init__(self, trained: Path, tmp_path: Path):
+        shutil.copytree(trained, tmp_path, dirs_exist_ok=True)
+        self.setting = study_drivers.toy(STUDY, trained)  # the corpus stays in the template
+        self.out, self.runs = tmp_path / "results", tmp_path / "runs"
+        self.study = self.build()
+        self.plan = engine.plan_keys(engine.get_study(STUDY), "cpu", self.setting["select"])
+        self.key = next(key for key in self.plan if key["row"] in clw.LOOPED_ROWS)
+        self.scored = self.rows_of(self.key)  # what the original run scored
+        assert self.scored["positions"] and self.scored["exits"], "the toy run was not scored"
+        ours = self.scored["positions"] + self.scored["exits"]
+        for table in (self.study.positions, self.study.exits):
+            table.rows = [r for r in table.rows if r not in ours]
+            table.save()
+        shutil.rmtree(self.study.folder(self.key))
+        self.results_bytes = (self.out / "results.csv").read_bytes()
+        self.log: list[str] = []
+
+    def build(self):
+        return engine.build(STUDY, self.out, self.runs, overrides=self.setting["overrides"], **self.setting["options"])
+
+    def rows_of(self, key: dict) -> dict[str, list[dict]]:
+        """The run's rows of positions.csv and early_exit.csv (the toy's two Backfills)."""
+        study = self.build()
+        return {name: [r for r in table.rows if all(r[k] == str(v) for k, v in key.items())]
+                for name, table in (("positions", study.positions), ("exits", study.exits))}
+
+    def unscored(self) -> bool:
+        return self.rows_of(self.key) == {"positions": [], "exits": []}
+
+    def retrain(self, **options) -> list[dict]:
+        return retrain.retrain_study(STUDY, self.out, self.runs, select=self.setting["select"],
+                                     overrides=self.setting["overrides"], progress=False, log=self.log.append,
+                                     **{**self.setting["options"], **options})
+
+    def status(self) -> str:
+        return engine.status(STUDY, self.out, self.runs, select=self.setting["select"], **self.setting["options"])
+
+
+@pytest.fixture
+def toy(trained, tmp_path) -> Toy:
+    return Toy(trained, tmp_path)
+
+
+def test_a_run_whose_folder_is_gone_is_retrained_checked_and_backfilled(toy):
+    assert "owed: 1 run needs --retrain-owed" in toy.status()
+    assert toy.retrain() == [toy.key]
+    label = engine.run_label(toy.key)
+    assert f"retrained {label} reproduces its row" in toy.log
+    assert f"scoring by position: {label}" in toy.log and f"scoring early exit: {label}" in toy.log
+    # seeded, one thread: the retrained run scores exactly what the deleted one did
+    assert toy.rows_of(toy.key) == toy.scored
+    assert (toy.out / "results.csv").read_bytes() == toy.results_bytes, "a retrain rewrote results.csv"
+    assert "owed:" not in toy.status()
+    toy.log.clear()
+    assert toy.retrain() == [] and not any("retrain" in m for m in toy.log), "a reproduced run was retrained again"
+
+
+def test_a_retrain_off_its_row_is_not_backfilled_and_the_log_says_why(toy, monkeypatch):
+    real = clw_study.heldout_scorer
+
+    def drifted(checkpoint):  # the retrained run scores 0.01 bits/byte worse than its row
+        model, config, score = real(checkpoint)
+        return model, config, lambda **setting: {**(r := score(**setting)), "bits_per_byte": r["bits_per_byte"] + 0.01}
+
+    monkeypatch.setattr(clw_study, "heldout_scorer", drifted)
+    assert toy.retrain() == [toy.key]
+    committed = float(toy.study.results.find(**toy.key)["bits_per_byte"])
+    refusals = [m for m in toy.log if "does not reproduce" in m]
+    assert len(refusals) == 1, toy.log
+    numbers = re.search(r"bits/byte (\d+\.\d{6}) retrained vs (\d+\.\d{6}) in results.csv", refusals[0])
+    assert numbers and float(numbers[2]) == pytest.approx(committed, abs=1e-6)
+    assert float(numbers[1]) == pytest.approx(committed + 0.01, abs=2e-6)
+    assert toy.unscored(), "a run that does not reproduce its row was backfilled"
+    assert (toy.out / "results.csv").read_bytes() == toy.results_bytes
+    # the verdict stays with the folder: a later study call neither scores it nor retrains it
+    monkeypatch.setattr(clw_study, "heldout_scorer", real)
+    engine.run_study(STUDY, toy.out, toy.runs, select=toy.setting["select"], overrides=toy.setting["overrides"],
+                     progress=False, log=toy.log.append, **toy.setting["options"])
+    assert toy.unscored()
+    assert toy.retrain() == []
+    assert "not reproduced: 1 retrained run(s)" in toy.status() and "owed:" not in toy.status()
+
+
+def test_a_killed_retrain_resumes_and_is_never_scored_half_way(toy):
+    folder = toy.study.folder(toy.key)
+    (folder / engine.RETRAINED).parent.mkdir(parents=True)
+    (folder / engine.RETRAINED).write_text(f"{engine.RETRAINING}\n")
+    Trainer(toy.study.config(toy.key), folder, progress=False, log=lambda m: None).run(stop_after=1)
+    engine.run_study(STUDY, toy.out, toy.runs, select=toy.setting["select"], overrides=toy.setting["overrides"],
+                     progress=False, log=toy.log.append, **toy.setting["options"])  # backfills what it may
+    assert toy.unscored(), "a half-trained retrain was scored"
+    assert "owed: 1 run needs --retrain-owed" in toy.status()
+    assert toy.retrain() == [toy.key]
+    assert any(m.startswith(f"resumed {folder} at update 1/") for m in toy.log), toy.log
+    assert toy.rows_of(toy.key) == toy.scored
+
+
+def test_stop_after_zero_a_claimed_run_or_a_study_without_a_check_retrains_nothing(toy):
+    study = toy.build()
+    with exclusive_lock(engine.claim_path(study.results, toy.key, "retrain"), wait=False) as held:
+        assert held  # as another process retraining the run would hold it
+        assert retrain.retrain_owed(study, toy.plan, progress=False, log=toy.log.append) == []
+    assert toy.log == [f"skipping {engine.run_label(toy.key)}: another process is retraining it"]
+    toy.log.clear()
+    assert retrain.retrain_owed(study, toy.plan, progress=False, stop_after=0, log=toy.log.append) == []
+    assert toy.log == ["stopping: --stop-after 0 minutes reached, 1 owed run(s) left to retrain"]
+    study.reproduces = None
+    assert retrain.retrain_owed(study, toy.plan, progress=False, log=toy.log.append) == []
+    assert "cannot check a retrained run against its row" in toy.log[-1]
+    assert "cannot check a retrain against its row" in engine.retrain_status(study, toy.plan)
+    assert not toy.study.folder(toy.key).exists(), "a run was retrained"
+
+
+def test_the_command_line_option_retrains_the_selected_runs(toy, monkeypatch, capsys):
+    from looped.cli import main
+
+    called = {}
+
+    def fake(spec, out, runs, **options):
+        called.update(options, out=out)
+        (out / "table.md").write_text("the table\n")
+
+    monkeypatch.setattr(retrain, "retrain_study", fake)
+    argv = ["reproduce", STUDY, "--retrain-owed", "--out", str(toy.out), "--runs", str(toy.runs), "--seeds", "11",
+            "--stop-after", "5", "--no-progress"]
+    assert main(argv) == 0
+    assert called["out"] == toy.out and called["select"] == {"seed": (11,)} and called["stop_after"] == 5
+    assert capsys.readouterr().out.startswith("the table")
