@@ -1,6 +1,7 @@
 """The CLW study runner: resumable run by run, writes the CSV, table and plots."""
 
 import csv
+import json
 
 from looped.experiments import clw, clw_study
 from looped.experiments import study as engine
@@ -23,7 +24,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     assert {(r["corpus"], r["row"]) for r in rows} == {(c, r) for c in clw.CORPORA for r in ("plain", "workspace")}
     assert all(r["status"] == "ok" and int(r["targets"]) == 8192 for r in rows)
     for name in ("table.md", "nll.png", "rounds.png", "early_exit.png", "rounds.csv", "early_exit.csv",
-                 "positions.csv", "positions.png"):
+                 "positions.csv", "positions.png", "curves.csv", "curves_enwik8_seed11.png"):
         assert (out / name).exists(), name
     positions = list(csv.DictReader(open(out / "positions.csv")))
     buckets = sorted({(int(r["first"]), int(r["last"])) for r in positions})
@@ -48,9 +49,19 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     exits_ = clw_study.ClwStudy(out, runs).exits
     exits_.rows = [r for r in exits_.rows if r["corpus"] != "enwik8"]
     exits_.save()
+    curves = list(csv.DictReader(open(out / "curves.csv")))
+    metrics = runs / "enwik8" / "plain" / "seed11" / "metrics.jsonl"
+    logged = {e["step"]: e["loss"] for e in map(json.loads, open(metrics)) if "loss" in e}
+    mine = {int(r["step"]): float(r["loss"]) for r in curves if (r["corpus"], r["row"]) == ("enwik8", "plain")}
+    assert mine.keys() == logged.keys() and all(abs(mine[k] - logged[k]) < 1e-6 for k in logged)
+    curves_ = clw_study.ClwStudy(out, runs).curves
+    curves_.rows = [r for r in curves_.rows if (r["corpus"], r["row"]) != ("enwik8", "plain")]
+    curves_.save()
     messages = []
     engine.run_study("clw", out, runs, **{**kwargs, "log": messages.append})
-    assert messages == ["scoring by position: enwik8 / plain / 11", "scoring early exit: enwik8 / workspace / 11"]
+    assert messages == ["scoring by position: enwik8 / plain / 11", "scoring early exit: enwik8 / workspace / 11",
+                        "scoring training curve: enwik8 / plain / 11"]
+    assert len(list(csv.DictReader(open(out / "curves.csv")))) == len(curves)  # put back once, not twice
     assert sorted((out / "early_exit.csv").read_text().splitlines()) == sorted(exits_before.splitlines())
     again = {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in csv.DictReader(open(out / "positions.csv"))}
     assert again == {(r["corpus"], r["row"], r["first"]): r["bits_per_byte"] for r in positions}

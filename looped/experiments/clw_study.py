@@ -20,6 +20,7 @@ from ..eval import evaluate_lm
 from ..eval.stats import mean_sd
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
+from ..train.run_folder import read_metrics
 from ..train.config import recipe_config
 from . import clw
 from .clw_claims import CLAIMS
@@ -34,6 +35,7 @@ COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl
 ROUND_COLUMNS = ["corpus", "row", "seed", "rounds", "nll", "bits_per_byte"]
 EXIT_COLUMNS = ["corpus", "row", "seed", "threshold", "nll", "bits_per_byte", "mean_rounds_used"]
 POSITION_COLUMNS = ["corpus", "row", "seed", "first", "last", "nll", "bits_per_byte"]
+CURVE_COLUMNS = ["corpus", "row", "seed", "step", "loss"]  # the training loss (nats/byte) at every logged update
 EXIT_THRESHOLDS = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
 TEST_ROUNDS = tuple(range(1, 9))
 # A retrained run reproduces its row when its held-out bits/byte is within this of the row's (absolute). The
@@ -72,13 +74,16 @@ class ClwStudy(StudyBase):
         self.by_rounds = ResultTable(self.out / "rounds.csv", ROUND_COLUMNS, ["corpus", "row", "seed", "rounds"])
         self.exits = ResultTable(self.out / "early_exit.csv", EXIT_COLUMNS, ["corpus", "row", "seed", "threshold"])
         self.positions = positions_table(self.out)
+        self.curves = ResultTable(self.out / "curves.csv", CURVE_COLUMNS, ["corpus", "row", "seed", "step"])
         # runs finished before the study kept positions.csv (or, looped rows, early_exit.csv) are scored from
         # their folder
         self.backfills = (Backfill("by position", self.positions, lambda key: not self.positions.has(**key),
                                    self.score_positions),
                           Backfill("early exit", self.exits, self.exits_owed,
                                    lambda key, checkpoint: self.exits.add_many(
-                                       exit_rows(key, heldout_scorer(checkpoint)[2]))))
+                                       exit_rows(key, heldout_scorer(checkpoint)[2]))),
+                          Backfill("training curve", self.curves, lambda key: not self.curves.has(**key),
+                                   lambda key, checkpoint: record_curve(self.curves, key, self.folder(key))))
 
     def config(self, key: dict) -> RunConfig:
         return run_config(key["row"], key["corpus"], key["seed"], self.overrides, scale=self.scale,
@@ -105,6 +110,7 @@ class ClwStudy(StudyBase):
         model, config, score = heldout_scorer(ckpt.run_checkpoint(run.folder))
         whole = score(by_position=True)
         record_positions(self.positions, key, whole["by_position"])
+        record_curve(self.curves, key, run.folder)
         if key["row"] in clw.LOOPED_ROWS:
             self.by_rounds.add_many([{**key, "rounds": n, **scores(score(rounds=n))} for n in TEST_ROUNDS])
             self.exits.add_many(exit_rows(key, score))
@@ -121,6 +127,10 @@ class ClwStudy(StudyBase):
             if table.rows:
                 panels(self.out / f"{name}.png", clw.CORPORA, lambda ax, corpus: draw(ax, table.rows, corpus),
                        size=(5.5, 4), finish=_grid_and_legend)
+        for corpus, seed in sorted({(r["corpus"], int(r["seed"])) for r in self.curves.rows}):
+            panels(self.out / f"curves_{corpus}_seed{seed}.png", (corpus,),
+                   lambda ax, c: _curves_panel(ax, self.curves.rows, self.results.rows, c, seed), size=(6.5, 4.2),
+                   finish=_grid_and_legend)
 
 
 def heldout_scorer(checkpoint: Path):
@@ -139,6 +149,13 @@ def scores(r: dict) -> dict:
     """A held-out score's CSV cells (a table keeps the columns it has)."""
     return {"nll": cell(r["nll"]), "bits_per_byte": cell(r["bits_per_byte"]),
             "mean_rounds_used": cell(r.get("mean_rounds_used"), 4)}
+
+
+def record_curve(table: ResultTable, key: dict, folder: Path) -> None:
+    """curves.csv's rows of a run: its training loss at every logged update of run/metrics.jsonl (a resumed run
+    logs some updates twice: the last line of an update wins)."""
+    losses = {e["step"]: e["loss"] for e in read_metrics(Path(folder) / "metrics.jsonl") if "loss" in e}
+    table.add_many([{**key, "step": step, "loss": f"{loss:.6f}"} for step, loss in sorted(losses.items())])
 
 
 def positions_table(out: Path) -> ResultTable:
@@ -270,6 +287,20 @@ def _positions_panel(ax, rows: list[dict], corpus: str) -> None:
     _lines(ax, rows, corpus, clw.ROWS, _span, lambda span, _: (span[0] * span[1]) ** 0.5, ms=3)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("target position in the 512-byte block")
+
+
+def _curves_panel(ax, curves: list[dict], results: list[dict], corpus: str, seed: int) -> None:
+    """One seed's training loss against updates, a line per row (the rows share the data order)."""
+    for i, row in enumerate(clw.ROWS):
+        points = matching(curves, corpus=corpus, seed=seed, row=row)
+        if points:
+            ax.plot([int(r["step"]) for r in points], [float(r["loss"]) for r in points], color=f"C{i}", lw=1.2,
+                    label=row)
+    params = [int(r["parameters"]) for r in finished(results, corpus=corpus, seed=seed)]
+    span = f", {min(params):,}–{max(params):,} parameters" if params else ""
+    ax.set_xlabel("update")
+    ax.set_ylabel("training loss (nats/byte)")
+    ax.set_title(f"{corpus} sample, seed {seed}: training loss of every row (CPU recipe{span})", fontsize=9)
 
 
 def _early_exit_panel(ax, rows: list[dict], corpus: str) -> None:
