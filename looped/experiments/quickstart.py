@@ -92,7 +92,7 @@ def _recipes() -> dict[str, QuickRecipe]:
         "parity": QuickRecipe("sequence", parity, {"RLT-1": None, "Transformer": _transformer_row(parity)},
                               columns=(8, 16, 32, 64), idle_minutes=2.0),
         "s5": QuickRecipe("sequence", s5, {"RLT-1": None, "Transformer": _transformer_row(s5)},
-                          columns=(4, 8, 16, 32), idle_minutes=10.0,
+                          columns=(4, 8, 16, 32), idle_minutes=5.0,  # RLT-1's row: 4.7 CPU min (probes.md)
                           caveat="S5 learns late: RLT-1 passed 0.9 at 16 operations only in the last ~700 of its "
                                  "4,000 updates, in the one seed tried (results/quickstart/probes.md)"),
         "graph": QuickRecipe("reasoning", _reasoning_config("graph", 600, lr=1.0e-3), {"core": None},
