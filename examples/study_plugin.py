@@ -63,9 +63,8 @@ class FeedbackParity(StudyBase):
     def evaluate(self, key: dict, config, run: RunSummary, log) -> None:
         model, _ = load_model(ckpt.run_checkpoint(run.folder, "best"))
         scores = evaluate_lengths(model, "parity", lengths=TEST_LENGTHS, n=self.test_size, batch_size=64)
-        self.results.add({**key, "parameters": model.parameter_counts()["total"], "updates": run.updates,
-                          **{f"accuracy_{s['length']}": cell(s["final_state_accuracy"]) for s in scores},
-                          "train_seconds": f"{run.seconds:.1f}", "status": "ok"})
+        self.results.add({**key, **run.cells(model),  # parameters, updates, train_seconds, status (those it has)
+                          **{f"accuracy_{s['length']}": cell(s["final_state_accuracy"]) for s in scores}})
 
     def report(self) -> None:
         """table.md: one line per row, final-state accuracy at each test length over the finished seeds."""

@@ -42,7 +42,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     # a run finished before the study kept positions (or a looped run before the early-exit sweep): scored again
     # from its folder on the next invocation
     kept = [r for r in positions if not (r["corpus"] == "enwik8" and r["row"] == "plain")]
-    table_ = clw_study.positions_table(out)
+    table_ = clw_study.ClwStudy(out, runs).positions
     table_.rows = kept
     table_.save()
     exits_before = (out / "early_exit.csv").read_text()

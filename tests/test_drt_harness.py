@@ -209,10 +209,12 @@ def test_heatmap_boundaries_sit_between_trained_and_untrained_cells():
 
 def test_fixed_depth_heatmap_has_one_row_named_by_its_depth(tmp_path):
     from looped.eval.reasoning import plot_heatmap
-    assert drt_study._fixed_depth_label("gnn", "graph") == "6 layers"
-    assert drt_study._fixed_depth_label("fixed_transformer", "logic") == "8 layers"
-    assert drt_study._fixed_depth_label("drt", "graph") is None
-    assert drt_study._fixed_depth_label("ut_act", "graph") is None
+    from looped.experiments.reasoning_scores import fixed_depth_label
+    assert fixed_depth_label("gnn", "graph") == "6 layers"
+    assert fixed_depth_label("fixed_transformer", "logic") == "8 layers"
+    assert fixed_depth_label("fixed_transformer", "graph_hard") == "6 layers"  # a recipe alias: its task's config
+    assert fixed_depth_label("drt", "graph") is None
+    assert fixed_depth_label("ut_act", "graph") is None
     grid = AccuracyGrid([1, 2, 4], [1, 6], np.array([[1.0, 0.5]] * 3), np.array([10, 10]))
     path = plot_heatmap(grid, tmp_path / "fixed.png", trained_difficulties=(1, 5), trained_steps=(1, 1),
                         fixed_depth="6 layers")

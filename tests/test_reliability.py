@@ -187,10 +187,10 @@ def test_a_kill_during_the_final_evaluation_keeps_the_run(corpus, tmp_path, monk
     assert [e["step"] for e in events if "val_loss" in e] == [3]
 
 
-def test_periodic_checkpoints_in_the_cpu_recipes_that_had_none():
+def test_periodic_checkpoints_in_the_cpu_recipes_that_had_none(tmp_path):
     from looped.experiments import clw_study
 
-    config = clw_study.run_config("plain", "enwik8", 11, scale="cpu")
+    config = clw_study.ClwStudy(tmp_path, tmp_path / "runs").config({"corpus": "enwik8", "row": "plain", "seed": 11})
     assert config.train.eval_every == 0 and 0 < config.train.checkpoint_every <= 100
 
 

@@ -21,14 +21,13 @@ import statistics
 
 import torch
 
-from ..data import load_heldout
-from ..eval import evaluate_lm
 from ..eval.lengths import evaluate_lengths, length_average
 from ..models.ledger import model_ledger
 from ..train import reasoning as rtask
 from ..train.sequence import allowed_lengths, build_task
 from ..train.tasks import make_train_task
 from . import board
+from .lm_scores import scorer
 
 
 class AtDepth(torch.nn.Module):
@@ -59,10 +58,9 @@ def trained_depth(model, config) -> int | None:
 
 def score_lm(model, config, *, batch_size: int) -> dict:
     """{"score": bits/byte at the trained depth, "depth": {k: bits/byte at k x R}} on the run's held-out stream."""
-    blocks, unit = load_heldout(config.data)
-    score = evaluate_lm(model, blocks, batch_size=batch_size, unit=unit)["bits_per_byte"]
-    swept = {k: score if k == 1 else  # the trained depth is the score itself: same blocks, same forward
-             evaluate_lm(model, blocks, batch_size=batch_size, unit=unit, rounds=rounds)["bits_per_byte"]
+    scored = scorer(model, config.data, batch_size)
+    score = scored()["bits_per_byte"]
+    swept = {k: score if k == 1 else scored(rounds=rounds)["bits_per_byte"]  # k = 1: the score itself (same forward)
              for k, rounds in zip(board.DEPTH_FACTORS, depths(model))}
     return {"score": score, "depth": swept}
 

@@ -9,14 +9,14 @@ config (data_seed, sizes, difficulties): rerunning gives the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from ..eval.shortcuts import FAMILY_CUES, family_shortcuts
 from ..train import reasoning as rtask
-from . import drt, render  # render.table: table() here is shortcuts.csv
-from .render import Column, Group, key, line, matching, section
-from .report import MISSING, average, cell, figure
+from . import drt
+from .reasoning_scores import difficulty_columns
+from .render import Group, key, line, matching, part
+from .report import MISSING, by_difficulty, cell, figure, interval, read_interval
 from .results import ResultTable
 
 COLUMNS = ["task", "baseline", "trained_difficulties", "id_accuracy", "ood_accuracy", "by_difficulty", "train_rows",
@@ -42,26 +42,11 @@ def record(shortcuts: ResultTable, plan, test_rows, log=print) -> None:
         trained = rtask.trained_difficulties(config.task)
         scores = family_shortcuts(train, test_rows(config.task), (min(trained), max(trained)), data_task.vocab)
         shortcuts.add_many([{"task": task, "baseline": name, "id_accuracy": cell(s["id"], 4),
-                             "trained_difficulties": f"{min(trained)}-{max(trained)}",
+                             "trained_difficulties": interval(trained),
                              "ood_accuracy": cell(s["ood"], 4), "train_rows": s["train_rows"],
                              "test_rows": s["test_rows"],
                              "by_difficulty": " ".join(f"{d}:{a:.4f}" for d, a in s["by_difficulty"].items())}
                             for name, s in scores.items()])
-
-
-def by_difficulty(text: str) -> dict[int, float]:
-    """The cell "2:0.8312 3:0.7750" as {2: 0.8312, 3: 0.775}; a run's "1:1.0000@1 ..." (best accuracy @ the step
-    budget that gave it, results.csv) likewise."""
-    return {int(d): float(a.split("@")[0]) for d, a in (part.split(":") for part in text.split())}
-
-
-def depth_columns(depths: list[int], trained: tuple[int, int],
-                  scores: Callable[[dict], dict[int, float]]) -> list[Column]:
-    """One column per test depth, * where it lies outside the trained range: the mean over the group's runs of
-    scores(run)[depth], in %."""
-    lo, hi = trained
-    return [Column(f"{d}{'' if lo <= d <= hi else '*'}",
-                   lambda g, d=d: average([scores(r).get(d) for r in g.runs], 1, 100)) for d in depths]
 
 
 def main_table_rows(shortcuts: ResultTable, columns: int) -> list[str]:
@@ -91,7 +76,7 @@ def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
     if not shortcuts.rows:
         return []
     depths = sorted({d for r in shortcuts.rows for d in by_difficulty(r["by_difficulty"])})
-    trained = tuple(int(x) for x in shortcuts.rows[0]["trained_difficulties"].split("-"))  # one range for all recipes
+    trained = read_interval(shortcuts.rows[0]["trained_difficulties"])  # one range for all recipes
     predictors = []  # per recipe: each baseline (one row), then each model group
     for recipe in dict.fromkeys(r["task"] for r in shortcuts.rows):
         predictors += [Group({"task": recipe, "predictor": f"shortcut: {r['baseline']}"}, [r], [])
@@ -100,5 +85,5 @@ def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
                        if g["task"] == recipe and g.runs]
     # a baseline's cell is by_difficulty, a model run's best_by_difficulty
     scores = lambda r: by_difficulty(r.get("by_difficulty", r.get("best_by_difficulty", "")))  # noqa: E731
-    columns = [key("task", "recipe"), key("predictor"), *depth_columns(depths, trained, scores)]
-    return ["", *section("Family: shortcut baselines by chain depth", render.table(columns, predictors), CAPTION)]
+    columns = [key("task", "recipe"), key("predictor"), *difficulty_columns(depths, trained, scores)]
+    return part("Family: shortcut baselines by chain depth", columns, predictors, CAPTION)

@@ -1,17 +1,12 @@
 """`looped reproduce drt --scale cpu`: the seed 002 recipes x seeds 42/43/44, evaluated and reported, resumable.
 
-For every (task, arch, alpha, seed) run:
-  1. train the recipe (looped.experiments.drt; an interrupted run resumes from checkpoints/last),
-  2. build its test buckets (disjoint from its training and validation rows) and evaluate accuracy over the
-     step budgets x difficulty grid  -> grids/<task>_<arch>[_aX]_seed<S>.csv,
-  3. ID / OOD = best accuracy over sufficient budgets (looped.eval.reasoning), step-1 accuracy on 12-hop graphs,
-     mean gate per step, and the depth-embedding diagnostic for the core rows  -> results.csv, gates.csv,
-     diagnostic.csv; graph runs are also scored on the *other* negative generator's test buckets (a model
-     trained on the paper's negatives, on hard negatives, and the reverse)  -> grids/<run>_cross.csv,
-  4. rewrite table.md (with the paper's numbers alongside) and the heatmaps (mean over the finished seeds).
-A run with a line in results.csv is finished and never trained or evaluated again.
-Before any training, the shortcut baselines of every family recipe selected (fitted on its training rows, scored on
-its test buckets; no model) -> shortcuts.csv and rows of table.md (looped.experiments.drt_shortcuts);
+Every (task, arch, alpha, seed) run trains its recipe (looped.experiments.drt), then is scored on its test buckets
+(disjoint from its training and validation rows) over the step budgets x difficulty grid -> grids/<run>.csv:
+ID / OOD best over sufficient budgets, step-1 accuracy on 12-hop graphs, mean gate per step and the
+depth-embedding diagnostic -> results.csv, gates.csv, diagnostic.csv (looped.experiments.reasoning_scores); a
+graph run also on the *other* negative generator's buckets -> grids/<run>_cross.csv. table.md puts the paper's
+numbers alongside; a heatmap per recipe shows its mean grid over the finished seeds. Before any training, the
+shortcut baselines of every family recipe selected (no model) -> shortcuts.csv (looped.experiments.drt_shortcuts);
 `shortcuts_only` (--shortcuts-only) stops there.
 
 The alpha sweep of seed 002 Table 4 (graph reachability, alpha in {0, 0.1, 0.5, 1}) is `alphas=(0, 0.1, 0.5, 1)`;
@@ -20,14 +15,11 @@ alphas other than 0 apply to the graph task only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
-from ..data.tasks.base import task_class, task_options
-from ..eval.reasoning import (AccuracyGrid, depth_embedding_diagnostic, plot_gate_means, plot_heatmap,
-                              shortcut_accuracy)
+from ..data.tasks.base import task_class
+from ..eval.reasoning import shortcut_accuracy
+from ..models import arch_names
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train import reasoning as rtask
@@ -35,18 +27,20 @@ from ..train.reasoning import TestSets, score_grid
 from . import drt, drt_shortcuts
 from .drt import run_name
 from .drt_claims import CLAIMS
-from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, percent_of,
-                     section, spread_of, table, write_table)
-from .report import MISSING, cell, column, finished, percent, spread
-from .study import Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
+from .reasoning_scores import (best_accuracy, diagnostic_rows, difficulty_columns, fixed_depth_label, gate_rows,
+                               generator_columns, grid_cells, mean_heatmap, negatives, other_generator_cells,
+                               plot_gates)
+from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, part,
+                     percent_of, spread_of, table, write_table)
+from .report import MISSING, cell, percent, read_interval, spread
+from .study import (Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
+                    unit_interval)
 from .results import ResultTable, study_results
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
            "diagnostic_max_change", "mean_ponder_ood", "cross_id_accuracy", "cross_ood_accuracy", "status", "machine"]
 KEY = ["task", "arch", "alpha", "seed"]
-GATE_COLUMNS = [*KEY, "step", "gate_mean"]
-DIAGNOSTIC_COLUMNS = [*KEY, "variant", "accuracy", "change", "budgets", "rows"]
 ALPHA_SWEEP = (0.0, 0.1, 0.5, 1.0)
 
 
@@ -64,14 +58,14 @@ class DrtStudy(StudyBase):
             diagnostic_per_bucket = drt.CPU_DIAGNOSTIC_PER_BUCKET if scale == "cpu" else None
         self.per_bucket, self.batch_size = diagnostic_per_bucket, eval_batch_size
         self.results = study_results(self.out, COLUMNS, KEY)
-        self.gates = ResultTable(self.out / "gates.csv", GATE_COLUMNS, [*KEY, "step"])
-        self.diagnostics = ResultTable(self.out / "diagnostic.csv", DIAGNOSTIC_COLUMNS, [*KEY, "variant"])
+        self.gates = self.per_run("gates.csv", "step", ["gate_mean"])
+        self.diagnostics = self.per_run("diagnostic.csv", "variant", ["accuracy", "change", "budgets", "rows"])
         self.tests = TestSets()
         self.configs: dict[str, RunConfig] = {}
         # graph runs finished before the cross-generator evaluation existed are scored on it from their folder
-        self.backfills = (Backfill("on the other negative generator", self.results, self.cross_owed,
-                                   lambda key, last: self.results.add({**self.results.find(**key),
-                                                                       **self.cross(key, *load_model(last))})),)
+        self.backfills = (Backfill("on the other negative generator", self.results, owed=self.cross_owed,
+                                   score=lambda key, last: self.results.add(
+                                       {**self.results.find(**key), **self.cross(key, *load_model(last))})),)
 
     def config(self, key: dict) -> RunConfig:
         """ConfigError for a pair that does not exist (the GNN on a sequence task): the engine skips it."""
@@ -97,48 +91,21 @@ class DrtStudy(StudyBase):
         test = self.tests.get(config.task)
         grid, summary = score_grid(model, test, config.task, batch_size=self.batch_size)
         grid.write_csv(self.out / "grids" / f"{run.folder.name}.csv")
-        if grid.gate_means:
-            self.gates.add_many([{**key, "step": step, "gate_mean": f"{value:.6f}"}
-                                 for step, value in enumerate(grid.gate_means, start=1)])
-        ood = summary["ood_difficulties"]
-        ponder = sum(grid.ponder_steps[d] for d in ood) / len(ood) if grid.ponder_steps and ood else None
-        trained = rtask.trained_difficulties(config.task)
+        self.gates.add_many(gate_rows(key, grid))
+        # the depth-embedding diagnostic, at CPU scale on a sample of each test bucket
+        diagnosed, max_change = diagnostic_rows(key, model, test.first_per_difficulty(self.per_bucket), grid.budgets,
+                                                rtask.trained_steps_range(config)[1], batch_size=self.batch_size)
+        self.diagnostics.add_many(diagnosed)
         self.results.add({
-            **key, "parameters": model.parameter_counts()["total"], "updates": run.updates,
-            "train_seconds": f"{run.seconds:.1f}", "trained_difficulties": f"{min(trained)}-{max(trained)}",
-            "trained_steps": "{}-{}".format(*rtask.trained_steps_range(config)),
-            "id_accuracy": cell(summary["id"], 4), "ood_accuracy": cell(summary["ood"], 4),
+            **key, **run.cells(model), **grid_cells(grid, summary, config),
             "step1_12hop": cell(shortcut_accuracy(grid, 12) if config.task.name == "graph" else None, 4),
-            "best_by_difficulty": " ".join(f"{d}:{a:.4f}@{summary['best_steps'][d]}"
-                                           for d, a in summary["best"].items()),
-            "val_accuracy": cell(run.last("val_accuracy"), 4),
-            "diagnostic_max_change": cell(self.diagnose(key, model, config, test, grid.budgets), 4),
-            "mean_ponder_ood": cell(ponder, 3), **self.cross(key, model, config), "status": "ok"})
-
-    def diagnose(self, key: dict, model, config: RunConfig, test, budgets: list[int]) -> float | None:
-        """The depth-embedding diagnostic -> diagnostic.csv; its max |change| (None: the model has no per-step
-        depth embeddings to swap, e.g. trm or a fixed-depth row). At CPU scale on a sample of each test bucket."""
-        if model.depth_mode != "per_step" or not hasattr(model, "depth_embedding"):
-            return None
-        rows = per_bucket_subset(test, self.per_bucket)
-        found = depth_embedding_diagnostic(model, rows, budgets, rtask.trained_steps_range(config)[1],
-                                           batch_size=self.batch_size)
-        if found["variants"]:
-            self.diagnostics.add_many([{**key, "variant": variant, "accuracy": f"{entry['accuracy']:.6f}",
-                                        "change": f"{entry['change']:.6f}", "rows": len(rows),
-                                        "budgets": " ".join(map(str, found["budgets"]))}
-                                       for variant, entry in found["variants"].items()])
-        return found.get("max_abs_change")
+            "val_accuracy": cell(run.last("val_accuracy"), 4), "diagnostic_max_change": cell(max_change, 4),
+            **self.cross(key, model, config)})
 
     def cross(self, key: dict, model, config: RunConfig) -> dict:
-        """A graph model on the other negative generator's test buckets -> grids/<run>_cross.csv; its results.csv
-        cells (empty for other tasks)."""
-        if config.task.name != "graph":
-            return {"cross_id_accuracy": "", "cross_ood_accuracy": ""}
-        grid, cross = score_grid(model, self.tests.get(config.task, other_generator=True), config.task,
-                                 batch_size=self.batch_size)
-        grid.write_csv(self.out / "grids" / f"{self.folder(key).name}_cross.csv")
-        return {"cross_id_accuracy": cell(cross["id"], 4), "cross_ood_accuracy": cell(cross["ood"], 4)}
+        """A graph model on the other negative generator's test buckets -> grids/<run>_cross.csv, its cells."""
+        path = self.out / "grids" / f"{self.folder(key).name}_cross.csv"
+        return other_generator_cells(model, config, self.tests, path, batch_size=self.batch_size)
 
     def cross_owed(self, key: dict) -> bool:
         return _graph(key["task"]) and not self.results.find(**key).get("cross_id_accuracy")
@@ -149,36 +116,12 @@ class DrtStudy(StudyBase):
         write_table(out, (results, gates), lambda: table_markdown(results, self.scale, drt_shortcuts.table(out)))
         for g in groups(results.rows, GROUP):
             task, arch, alpha = g.key.values()
-            grids = [AccuracyGrid.read_csv(p) for r in g.runs
-                     if (p := out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv").exists()]
-            if not grids:
-                continue
             label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
-            plot_heatmap(AccuracyGrid.mean(grids), out / f"heatmap_{label}.png",
-                         trained_difficulties=_range(g.runs[0]["trained_difficulties"]),
-                         trained_steps=_range(g.runs[0]["trained_steps"]),
-                         difficulty_name=task_class(task).difficulty_name, fixed_depth=_fixed_depth_label(arch, task),
-                         title=f"{label}: test accuracy, mean over {len(grids)} seed(s); dashed: trained range")
-        panels: dict[str, dict[str, list[float]]] = {}  # task -> run -> gate mean per step
-        for r in gates.rows:
-            name = run_name(r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_")
-            panels.setdefault(r["task"], {}).setdefault(name, []).append(float(r["gate_mean"]))
-        if panels:
-            trained = {task: _range(rows[0]["trained_steps"])[1] for task in panels
-                       if (rows := finished(results.rows, task=task, arch="drt")) and rows[0].get("trained_steps")}
-            plot_gate_means(panels, out / "gates.png", trained)
-
-
-def per_bucket_subset(rows, per_bucket: int | None):
-    """The first `per_bucket` rows of every difficulty (all rows for None)."""
-    if per_bucket is None:
-        return rows
-    keep, seen = [], {}
-    for i, d in enumerate(rows.difficulty.tolist()):
-        seen[d] = seen.get(d, 0) + 1
-        if seen[d] <= per_bucket:
-            keep.append(i)
-    return rows.select(torch.tensor(keep, dtype=torch.long))
+            mean_heatmap([out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv" for r in g.runs],
+                         out / f"heatmap_{label}.png", g.runs[0] if g.runs else {}, label,
+                         difficulty_name=task_class(task).difficulty_name, fixed_depth=fixed_depth_label(arch, task))
+        plot_gates(gates.rows, results.rows, out / "gates.png", core="drt", name=lambda r: run_name(
+            r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_"))
 
 
 # --- report -----------------------------------------------------------------------------------------------
@@ -203,7 +146,7 @@ MAIN_COLUMNS = [
     spread_of("ACT ponder steps (OOD)", "mean_ponder_ood", 2), parameters()]
 SWEEP_COLUMNS = [key("arch"), key("alpha", align=RIGHT), percent_of("step-1 acc. 12-hop %", "step1_12hop"),
                  percent_of("sufficient-step OOD %", "ood_accuracy"),
-                 Column("10-hop best %", lambda g: spread([best_by_difficulty(r).get(10) for r in g.runs], 1, 100))]
+                 Column("10-hop best %", lambda g: spread([best_accuracy(r).get(10) for r in g.runs], 1, 100))]
 
 
 def _paper(g: Group) -> tuple | None:
@@ -224,38 +167,19 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
         lines += drt_shortcuts.main_table_rows(shortcuts, columns=len(MAIN_COLUMNS))
     sweep = sorted((g for g in every if g["task"] == "graph" and g["arch"] == "drt"),  # the sweep is the core's
                    key=lambda g: float(g["alpha"]))
-    if len(sweep) > 1:
-        lines += ["", *section("Silent thinking vs intermediate supervision (graph, seed 002 Table 4)",
-                               table(SWEEP_COLUMNS, sweep)), "", SWEEP_NOTE]
+    lines += part("Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", SWEEP_COLUMNS,
+                  sweep if len(sweep) > 1 else [], note=SWEEP_NOTE)
     lines += _hop_table([g for g in every if _graph(g["task"]) and g.runs])
     if shortcuts is not None:
         lines += drt_shortcuts.by_depth_section(shortcuts, [g for g in every if drt.TASKS.get(g["task"]) == "family"])
     crossed = [g for g in every if _graph(g["task"]) and any(r.get("cross_id_accuracy") for r in g.runs)]
-    if crossed:
-        lines += ["", *section("Graph frontier on both negative generators", table(CROSS_COLUMNS, crossed),
-                               CROSS_CAPTION)]
+    lines += part("Graph frontier on both negative generators", CROSS_COLUMNS, crossed, CROSS_CAPTION)
     lines += ["", "Paper's heatmap notes:", bullets(f"{t}: {note}" for t, note in drt.PAPER_NOTES.items())]
     return markdown(lines)
 
 
-def _negatives(task: str) -> str:
-    """Which negative generator a graph recipe trains on: 'hard' or the paper's."""
-    return "hard" if task_options(task).get("hard_negatives", False) else "paper"
-
-
-def _cross_cell(negatives: str, name: str) -> Callable[[Group], str]:
-    """A graph group's ID or OOD % on one generator's test set: its own scores when it trained on those
-    negatives, its scores on the other generator's buckets otherwise (runs with both scores only)."""
-    def text(g: Group) -> str:
-        runs = [r for r in g.runs if r.get("cross_id_accuracy")]
-        own = _negatives(g["task"]) == negatives
-        return percent(column(runs, f"{'' if own else 'cross_'}{name}_accuracy"))
-    return text
-
-
-CROSS_COLUMNS = [left("trained on", lambda g: f"{_negatives(g['task'])} negatives"), *KEY_COLUMNS[1:],
-                 *(Column(f"{negatives} negatives {name.upper()}", _cross_cell(negatives, name))
-                   for negatives in ("paper", "hard") for name in ("id", "ood"))]
+CROSS_COLUMNS = [left("trained on", lambda g: f"{negatives(g['task'])} negatives"), *KEY_COLUMNS[1:],
+                 *generator_columns()]
 
 
 def _hop_table(graph: list[Group]) -> list[str]:
@@ -264,33 +188,14 @@ def _hop_table(graph: list[Group]) -> list[str]:
     if not graph:
         return []
     runs = [r for g in graph for r in g.runs]
-    hops = sorted({h for r in runs for h in best_by_difficulty(r)})
-    lo, hi = _range(runs[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
+    hops = sorted({h for r in runs for h in best_accuracy(r)})
+    lo, hi = read_interval(runs[0]["trained_difficulties"])  # every graph recipe trains on the same hop counts
     caption = ("Best accuracy over sufficient step budgets (T >= hops; the largest budget where none is) per test "
                f"bucket, in %, mean over seeds; * marks hop counts outside the trained range ({lo}-{hi}); chance is "
                "50 %.")
     columns = [key("task", "recipe"), *KEY_COLUMNS[1:], Column("seeds", lambda g: str(len(g.runs))),
-               *drt_shortcuts.depth_columns(hops, (lo, hi), best_by_difficulty)]
-    return ["", *section("Graph accuracy by hop count", table(columns, graph), caption)]
-
-
-def _fixed_depth_label(arch: str, task: str) -> str | None:
-    """"6 layers" for an architecture that ignores the step budget (its heatmap has one row), else None."""
-    from ..models import get_arch
-
-    if get_arch(arch).model_cls.depth_mode != "fixed":
-        return None
-    return f"{drt.model_section(task, arch)['layers']} layers"
-
-
-def _range(text: str) -> tuple[int, int]:
-    lo, hi = text.split("-")
-    return int(lo), int(hi)
-
-
-def best_by_difficulty(row: dict) -> dict[int, float]:
-    """A run's results.csv cell "1:1.0000@1 6:0.5660@8 ..." as {difficulty: best accuracy}."""
-    return drt_shortcuts.by_difficulty(row.get("best_by_difficulty", ""))
+               *difficulty_columns(hops, (lo, hi), best_accuracy)]
+    return part("Graph accuracy by hop count", columns, graph, caption)
 
 
 # --- the spec ------------------------------------------------------------------------------------------------
@@ -308,28 +213,6 @@ def recipes():
             yield Recipe(f"{scale}/{task}.yaml", header, drt.recipe(task, scale))
 
 
-def alpha_cell(text: str) -> str:
-    """An intermediate-supervision weight as results.csv keys it ("1" -> "1.0"); it lies in [0, 1]."""
-    alpha = float(text)
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"intermediate-supervision weights lie in [0, 1], got {text}")
-    return str(alpha)
-
-
-def _cpu_plan(scale: str) -> list[dict] | None:
-    """drt.CPU_PLAN's groups as run keys (cpu); None at full scale (the axes' defaults: the paper's tasks)."""
-    if scale != "cpu":
-        return None
-    return [{"task": task, "arch": arch, "alpha": str(float(alpha)), "seed": seed}
-            for task, arch, alpha, seeds in drt.CPU_PLAN for seed in seeds]
-
-
-def _reasoning_archs(scale: str) -> tuple[str, ...]:
-    from ..models import arch_names
-
-    return tuple(arch_names("reasoning"))
-
-
 def _toy(tmp: Path) -> dict:
     """The core on a few tiny graphs in seconds (the shared study drivers)."""
     return {"select": {"task": ("graph",), "arch": ("drt",), "seed": (42,)},
@@ -340,18 +223,21 @@ def _toy(tmp: Path) -> dict:
             "options": {"diagnostic_per_bucket": 4}}
 
 
+AXES = (Axis("task", "tasks", drt.PAPER_TASKS, tuple(drt.TASKS), aliases={"boolean": "logic"},
+             help="with none of --tasks / --archs / --alphas / --seeds, --scale cpu runs the whole CPU plan "
+                  "(drt.CPU_PLAN: the core on the three tasks, drt_tied and the core on 5 graph seeds, every "
+                  "baseline and the alpha sweep on 3)"),
+        Axis("arch", "archs", ("drt",), lambda scale: tuple(arch_names("reasoning")),
+             help="also drt_tied ut_act fixed_transformer gnn"),
+        Axis("alpha", "alphas", ("0.0",), cell=unit_interval,
+             help="intermediate-supervision weights, graph only (the paper's sweep: " + " ".join(map(str, ALPHA_SWEEP))
+                  + ")"),
+        Axis("seed", "seeds", drt.SEEDS, cell=int))
+
 register_study(StudySpec(
-    name="drt", help="seed 002: depth-recurrent core and baselines on graph / logic / family",
-    axes=(Axis("task", "tasks", drt.PAPER_TASKS, tuple(drt.TASKS), aliases={"boolean": "logic"},
-               help="with none of --tasks / --archs / --alphas / --seeds, --scale cpu runs the whole CPU plan "
-                    "(drt.CPU_PLAN: the core on the three tasks, drt_tied and the core on 5 graph seeds, every "
-                    "baseline and the alpha sweep on 3)"),
-          Axis("arch", "archs", ("drt",), _reasoning_archs, help="also drt_tied ut_act fixed_transformer gnn"),
-          Axis("alpha", "alphas", ("0.0",), cell=alpha_cell,
-               help="intermediate-supervision weights, graph only (the paper's sweep: "
-                    + " ".join(map(str, ALPHA_SWEEP)) + ")"),
-          Axis("seed", "seeds", drt.SEEDS, cell=int)),
-    build=DrtStudy, recipes=recipes, default_plan=_cpu_plan, toy=_toy, claims=CLAIMS,
+    name="drt", help="seed 002: depth-recurrent core and baselines on graph / logic / family", axes=AXES,
+    build=DrtStudy, recipes=recipes, toy=_toy, claims=CLAIMS,
+    default_plan=lambda scale: grouped_plan(AXES, drt.CPU_PLAN) if scale == "cpu" else None,  # else the axes
     flags=(Flag("shortcuts_only", "only fit and score the shortcut baselines of the selected family recipes and "
                                   "rewrite the report (no training)"),),
     keep=lambda key, scale: float(key["alpha"]) == 0 or key["task"] == "graph"))

@@ -6,9 +6,12 @@ header, the alignment row and one line per group. Every number a cell shows goes
 
     columns = [key("row"), parameters(), spread_of("bits/byte", "bits_per_byte", 4, corpus="enwik8")]
     lines = table(columns, groups(results.rows, ("row",), order=[("plain",), ("workspace",)]))
+    lines += part("Sweep", columns, sweep, caption)   # an optional '## Sweep' section: nothing while `sweep` is empty
 
     panels(path, ("enwik8", "tinystories"), draw, size=(5.5, 4))   # a panel per corpus; draw(ax, corpus)
     buckets(rows, lambda r: int(r["rounds"]), corpus="enwik8")   # {rounds: the rows at that value}, ascending
+
+The usual panels (a line per row, mean over seeds; every seed beside mean ± SD) are declared as data in figures.py.
 """
 
 from __future__ import annotations
@@ -110,6 +113,26 @@ def mean_of(header: str, column: str, digits: int = 1, scale: float = 1.0, **whe
     return Column(header, lambda g: average(g.where(**where).values(column), digits, scale))
 
 
+def at_cost(header: str, column: str, cost: str, digits: int = 4, cost_digits: int = 2, **where) -> Column:
+    """'mean of `column` @ mean of `cost` (n=k)' over the group's finished runs matching `where`: a score beside
+    what it cost (bits/byte @ the rounds an early exit used ...); MISSING when there are none."""
+    def text(g: Group) -> str:
+        runs = g.where(**where).runs
+        return f"{mean(runs, column):.{digits}f} @ {mean(runs, cost):.{cost_digits}f} (n={len(runs)})" if runs \
+            else MISSING
+    return Column(header, text)
+
+
+def relative_change(groups: Iterable[Group], column: str, reference: str, by: str = "row") -> str | None:
+    """'vs plain -16.20 %, vs shared_loop -9.12 %': the reference group's mean `column` against each other group's
+    (negative: the reference's is lower); None when the reference group has no value."""
+    means = {g[by]: mean(g.runs, column) for g in groups}
+    if means.get(reference) is None:
+        return None
+    return ", ".join(f"vs {name} {100 * (means[reference] / value - 1):+.2f} %" for name, value in means.items()
+                     if name != reference and value)
+
+
 def parameters(header: str = "parameters") -> Column:
     """Every distinct parameter count of the group's finished runs (one unless the recipe changed)."""
     return Column(header, lambda g: ", ".join(f"{p:,}" for p in sorted({int(v) for v in g.values("parameters")
@@ -150,6 +173,15 @@ def markdown(lines: list[str]) -> str:
 def section(title: str, body: list[str], caption: str | None = None) -> list[str]:
     """A '## title' section: its caption paragraph (if any), then the body (a table's lines)."""
     return ["## " + title, "", *([caption, ""] if caption is not None else []), *body]
+
+
+def part(title: str, columns: Sequence[Column], rows: Sequence, caption: str | None = None,
+         note: str | None = None) -> list[str]:
+    """An optional part of a report: a blank line, then a '## title' section of one table of `rows` (its caption
+    before, `note` after); nothing while `rows` is empty (a sweep not run yet, a score no run has ...)."""
+    if not rows:
+        return []
+    return ["", *section(title, table(columns, rows), caption), *(["", note] if note is not None else [])]
 
 
 # --- numbers behind figures and by-value tables ---------------------------------------------------------------
@@ -195,6 +227,6 @@ def panels(path: Path, keys: Sequence, draw: Callable[[Any, Any], None], *, size
     atomic_save_figure(fig, path)
 
 
-__all__ = ["Column", "Group", "LEFT", "RIGHT", "buckets", "bullets", "groups", "heading", "key", "left", "line",
-           "markdown", "matching", "mean", "mean_of", "panels", "parameters", "percent_of", "section", "spread_of",
-           "table", "write_table"]
+__all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "groups", "heading", "key", "left",
+           "line", "markdown", "matching", "mean", "mean_of", "panels", "parameters", "part", "percent_of",
+           "relative_change", "section", "spread_of", "table", "write_table"]

@@ -8,6 +8,7 @@
     each([1.0, 0.848], 1, 100)      '100.0 / 84.8'        every seed's figure, in the order given
     span([0.013, 0.009], 1, 100)    '0.9–1.3'             lowest to highest
     span([2000, 1500], text=lambda v: f'{v:,.0f}')  '1,500–2,000'
+    interval([8, 1, 4]) '1-8'   read_interval('1-8') (1, 8)   by_difficulty('2:0.83 3:0.78') {2: 0.83, 3: 0.78}
     finished(rows, task='graph')                 the rows that trained and were scored (status ok)
 """
 
@@ -77,6 +78,24 @@ def median_minutes(seconds: Iterable) -> str:
     return f"{statistics.median(minutes):.1f}" if minutes else MISSING
 
 
+def interval(values: Iterable[int]) -> str:
+    """A range of integers as one cell: '1-8' from its lowest and highest value (trained difficulties ...)."""
+    values = list(values)
+    return f"{min(values)}-{max(values)}"
+
+
+def read_interval(text: str) -> tuple[int, int]:
+    """The cell '1-8' as (1, 8)."""
+    lo, hi = text.split("-")
+    return int(lo), int(hi)
+
+
+def by_difficulty(text: str) -> dict[int, float]:
+    """The cell "2:0.8312 3:0.7750" as {2: 0.8312, 3: 0.775}; "1:1.0000@1 ..." (a score @ the step budget that
+    gave it) likewise."""
+    return {int(d): float(a.split("@")[0]) for d, a in (part.split(":") for part in text.split())}
+
+
 def column(rows: Iterable[dict], name: str) -> list:
     """The cells of one column ('' where a row lacks it), for spread() / percent()."""
     return [r.get(name, "") for r in rows]
@@ -89,5 +108,5 @@ def finished(rows: Iterable[dict], **match) -> list[dict]:
             and all(str(r.get(k)) == str(v) for k, v in match.items())]
 
 
-__all__ = ["MISSING", "average", "cell", "column", "each", "figure", "finished", "median_minutes", "percent", "span",
-           "spread"]
+__all__ = ["MISSING", "average", "by_difficulty", "cell", "column", "each", "figure", "finished", "interval",
+           "median_minutes", "percent", "read_interval", "span", "spread"]

@@ -62,8 +62,11 @@ class ResultTable:
         self.add_many([row])
 
     def add_many(self, rows: list[dict]) -> None:
-        """Add rows (each replacing any row with its key) in one locked read-modify-write of the file. A table
-        with a `machine` column records what each new row ran on (rows written before it existed keep "")."""
+        """Add rows (each replacing any row with its key) in one locked read-modify-write of the file; no rows, no
+        write. A table with a `machine` column records what each new row ran on (rows written before it existed
+        keep "")."""
+        if not rows:
+            return
         if "machine" in self.columns:
             rows = [{"machine": machine(), **row} for row in rows]
         keys = {tuple(str(row[k]) for k in self.key) for row in rows}

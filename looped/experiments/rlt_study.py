@@ -32,7 +32,6 @@ from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_stud
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
            "eval_seconds", "status", "machine"]
-LENGTH_COLUMNS = ["task", "row", "seed", "length", "sequences", *METRICS, "loss", "shuffled_feedback_accuracy"]
 
 
 def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu") -> RunConfig:
@@ -57,14 +56,15 @@ class RltStudy(StudyBase):
         super().__init__(out, runs, scale=scale, overrides=overrides)
         self.test_size, self.test_lengths, self.batch_size = test_size, test_lengths, eval_batch_size
         self.results = results_table(self.out)
-        self.lengths = ResultTable(self.out / "lengths.csv", LENGTH_COLUMNS, ["task", "row", "seed", "length"])
+        self.lengths = self.per_run("lengths.csv", "length", ["sequences", *METRICS, "loss",
+                                                              "shuffled_feedback_accuracy"])
         self.test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
 
     def config(self, key: dict) -> RunConfig:
         return run_config(key["task"], key["row"], key["seed"], self.overrides, scale=self.scale)
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
-        task, seed, row = key["task"], key["seed"], key["row"]
+        task = key["task"]
         start = time.perf_counter()
         model, config = load_model(ckpt.run_checkpoint(run.folder, "best"))
         has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
@@ -72,17 +72,13 @@ class RltStudy(StudyBase):
                                    lengths=(self.test_lengths or {}).get(task), n=self.test_size,
                                    batch_size=self.batch_size, cache=self.test_cache, log=log,
                                    shuffled_metric=primary_metric(task) if has_feedback else None)
-        for record in records:
-            self.lengths.add({"task": task, "row": row, "seed": seed, **{k: cell(v) for k, v in record.items()}})
+        self.lengths.add_many([{**key, **{k: cell(v) for k, v in record.items()}} for record in records])
         best, seconds, updates = run.best_validation, run.seconds, run.updates
-        self.results.add({"task": task, "row": row, "arch": config.model.arch, "seed": seed,
-                          "parameters": model.parameter_counts()["total"], "updates": updates,
-                          "best_step": run.best_step, "val_loss": cell(best.get("val_loss")),
-                          "val_final_state_accuracy": cell(best.get("val_final_state_accuracy")),
-                          "val_prefix_token_accuracy": cell(best.get("val_prefix_token_accuracy")),
-                          "train_seconds": f"{seconds:.1f}",
+        self.results.add({**key, **run.cells(model), "arch": config.model.arch,
+                          **{name: cell(best.get(name)) for name in ("val_loss", "val_final_state_accuracy",
+                                                                     "val_prefix_token_accuracy")},
                           "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
-                          "eval_seconds": f"{time.perf_counter() - start:.1f}", "status": "ok"})
+                          "eval_seconds": f"{time.perf_counter() - start:.1f}"})
 
     def report(self) -> None:
         """table.md, then <task>.png (one panel per metric for S5: Fig. 13's prefix-token, final-state and

@@ -29,7 +29,7 @@ import importlib
 import itertools
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -85,6 +85,22 @@ class Axis:
             except ValueError as err:
                 raise ValueError(f"--{self.option}: {err}") from None
         return tuple(values)
+
+
+def unit_interval(text: str) -> str:
+    """An Axis `cell` for a weight in [0, 1] (DRT's alpha), keyed as a float's text: "1" -> "1.0"."""
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"a weight lies in [0, 1], got {text}")
+    return str(value)
+
+
+def grouped_plan(axes: Sequence[Axis], plan: Iterable[tuple]) -> list[dict]:
+    """Run keys from a paper's plan written as groups: each group gives one value of every axis but the last,
+    then a tuple of the last axis's values (("graph", "drt", 0.0, (42, 43, 44)), ...); each value is keyed by its
+    axis's `cell`, as a command-line value would be."""
+    return [{axis.name: axis.cell(str(value)) for axis, value in zip(axes, (*group, last))}
+            for *group, values in plan for last in values]
 
 
 @dataclass(frozen=True)
@@ -162,20 +178,26 @@ class Backfill:
 
     what: str  # for the log: "scoring <what>: <run>"
     table: ResultTable  # where the score lands
-    owed: Callable[[dict], bool]  # owed(key): the finished run of `key` lacks the score in `table`
     score: Callable[[dict, Path], None]  # score(key, checkpoint): score the run and add its rows to `table`
+    # owed(key): the finished run of `key` lacks the score in `table` (None: `table` has no row of the key)
+    owed: Callable[[dict], bool] | None = None
+
+    def owes(self, key: dict) -> bool:
+        return self.owed(key) if self.owed is not None else not self.table.has(**key)
 
 
 class StudyBase:
     """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `evaluate`
     and `report`. It trains, scores every run right after training (nothing for `prepare`, no backfills, so no
     `reproduces` check), a run trains in runs/<key values but the seed>/seed<S>, and a failed run's row carries
-    the architecture where results.csv has such a column."""
+    the architecture where results.csv has such a column. A study that sets `curves` (`keep_curves()`) has every
+    run's training loss recorded there by the engine, kept after the run folder is gone."""
 
     results: ResultTable  # set by the subclass
     trains = True
     backfills: tuple[Backfill, ...] = ()
     reproduces = None  # no check of a retrained run against its row (see Study.reproduces)
+    curves: ResultTable | None = None  # the training loss at every logged update of every run (keep_curves)
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
@@ -190,6 +212,19 @@ class StudyBase:
 
     def prepare(self, plan: list[dict], log) -> None:
         pass  # every score of a run is taken right after it trains
+
+    def per_run(self, name: str, by: str, values: Sequence[str]) -> ResultTable:
+        """A CSV of several rows per run, <out>/<name>: the run's key columns, `by` (what varies within a run: a
+        test-time depth, a test length, an update ...) and the `values`, keyed by the run's key and `by`."""
+        key = [*self.results.key, by]
+        return ResultTable(self.out / name, [*key, *values], key)
+
+    def keep_curves(self) -> Backfill:
+        """Keep every run's training loss in <out>/curves.csv (`curves`: the engine adds a run's curve when it has
+        trained); the Backfill that takes it from the folders of runs that finished without it."""
+        self.curves = self.per_run("curves.csv", "step", ["loss"])
+        return Backfill("training curve", self.curves,
+                        lambda key, last: self.curves.add_many(RunSummary.read(self.folder(key)).curve(key)))
 
 
 # --- the registry ------------------------------------------------------------------------------------------------
@@ -307,11 +342,11 @@ def backfill(study: Study, log, keys: list[dict] | None = None) -> None:
         keys = [{name: row[name] for name in study.results.key} for row in finished(study.results.rows)]
     for fill in getattr(study, "backfills", ()):
         for key in keys:
-            if not fill.owed(key) or (last := backfill_checkpoint(study.folder(key))) is None:
+            if not fill.owes(key) or (last := backfill_checkpoint(study.folder(key))) is None:
                 continue
             with exclusive_lock(claim_path(fill.table, key, fill.what), wait=False) as mine:
                 fill.table.reload()  # scored by another process meanwhile?
-                if mine and fill.owed(key):
+                if mine and fill.owes(key):
                     log(f"scoring {fill.what}: {run_label(key)}")
                     fill.score(key, last)
 
@@ -320,6 +355,14 @@ def backfill(study: Study, log, keys: list[dict] | None = None) -> None:
 # retrained run is checked against the row, then "reproduces ..." or "does not reproduce: <both numbers>".
 RETRAINED = "retrained.txt"
 RETRAINING, REPRODUCES, DIFFERS = "retraining", "reproduces", "does not reproduce"
+
+
+def reproduced(what: str, committed: float, retrained: float, tolerance: float) -> str | None:
+    """A study's `reproduces` verdict on one headline figure: None when the retrained run's lies within `tolerance`
+    (absolute) of its committed row's, else the one-line reason with both numbers."""
+    if abs(retrained - committed) <= tolerance:
+        return None
+    return f"{what} {retrained:.6f} retrained vs {committed:.6f} in results.csv (tolerance {tolerance:g})"
 
 
 def retrain_verdict(folder: Path) -> str | None:
@@ -342,7 +385,7 @@ def owed_retrains(study: Study, plan: list[dict]) -> list[dict]:
     it from: their folder is gone (only the row was kept), or a retrain of it has not finished and been checked."""
     def owed(key: dict) -> bool:
         row = study.results.find(**key)
-        if row is None or not finished([row]) or not any(fill.owed(key) for fill in getattr(study, "backfills", ())):
+        if row is None or not finished([row]) or not any(fill.owes(key) for fill in getattr(study, "backfills", ())):
             return False
         folder = study.folder(key)
         verdict = retrain_verdict(folder)
@@ -379,6 +422,7 @@ class RunSummary:
     best_step: int | None
     targets: int  # training targets seen
     evaluations: tuple[dict, ...]  # every validation record, in step order
+    losses: tuple[tuple[int, float], ...] = ()  # (update, training loss) at every logged update, in update order
 
     @classmethod
     def read(cls, folder: Path, seconds: float = 0.0, returned: dict | None = None) -> RunSummary:
@@ -386,9 +430,20 @@ class RunSummary:
         if returned is not None:  # the trainer's own account; the checkpoint's agrees (it was just written)
             meta = {**meta, "step": returned["step"], "best_step": returned["best_step"]}
         path = Path(folder) / "metrics.jsonl"
-        events = [e for e in (read_metrics(path) if path.exists() else []) if any(k.startswith("val_") for k in e)]
+        logged = read_metrics(path) if path.exists() else []
+        events = [e for e in logged if any(k.startswith("val_") for k in e)]
+        losses = {e["step"]: e["loss"] for e in logged if "loss" in e}  # an update logged twice (resumed): last wins
         return cls(Path(folder), seconds, int(meta["step"]), meta.get("best_step"), int(meta.get("targets", 0)),
-                   tuple(events))
+                   tuple(events), tuple(sorted(losses.items())))
+
+    def cells(self, model) -> dict:
+        """The results.csv cells every study records of a finished run (a table keeps the columns it has)."""
+        return {"parameters": model.parameter_counts()["total"], "updates": self.updates, "best_step": self.best_step,
+                "train_seconds": f"{self.seconds:.1f}", "status": "ok"}
+
+    def curve(self, key: dict) -> list[dict]:
+        """The rows of a training-loss curve table (curves.csv): the loss at every logged update, 6 decimals."""
+        return [{**key, "step": step, "loss": f"{loss:.6f}"} for step, loss in self.losses]
 
     @property
     def best_validation(self) -> dict:
@@ -495,6 +550,8 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
         config, folder = study.config(key), study.folder(key)
         run = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress, log)
         if run is not None:
+            if getattr(study, "curves", None) is not None:  # the training loss, kept past the run folder
+                study.curves.add_many(run.curve(key))
             study.evaluate(key, config, run, log)
             (report or study.report)()
     (report or study.report)()
@@ -515,6 +572,7 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
 
 
 __all__ = ["Axis", "Backfill", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill",
-           "backfill_checkpoint", "build", "claim_path", "execute", "get_study", "owed_retrains", "parse_select",
-           "pending_runs", "plan_keys", "register_study", "retrain_status", "retrain_verdict", "run_study",
-           "status", "status_report", "study_names", "write_recipes", "write_report"]
+           "backfill_checkpoint", "build", "claim_path", "execute", "get_study", "grouped_plan", "owed_retrains",
+           "parse_select", "pending_runs", "plan_keys", "register_study", "reproduced", "retrain_status",
+           "retrain_verdict", "run_study", "status", "status_report", "study_names", "unit_interval", "write_recipes",
+           "write_report"]

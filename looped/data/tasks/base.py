@@ -41,6 +41,17 @@ class ReasoningBatch:
                               difficulty=self.difficulty[index],
                               extras={name: value[index] for name, value in self.extras.items()})
 
+    def first_per_difficulty(self, n: int | None) -> ReasoningBatch:
+        """The first `n` rows of every difficulty, in order (every row for None): a sample of each test bucket."""
+        if n is None:
+            return self
+        keep, seen = [], {}
+        for i, d in enumerate(self.difficulty.tolist()):
+            seen[d] = seen.get(d, 0) + 1
+            if seen[d] <= n:
+                keep.append(i)
+        return self.select(torch.tensor(keep, dtype=torch.long))
+
     @staticmethod
     def concat(batches: Sequence[ReasoningBatch]) -> ReasoningBatch:
         """Rows of all batches, in order (extras must carry the same names)."""
