@@ -12,7 +12,8 @@ from looped.experiments.figures import Dots, Lines, plot, with_parameters
 from looped.experiments.render import Column, Group, at_cost, part, relative_change
 from looped.experiments.report import by_difficulty, interval, read_interval
 from looped.experiments.results import ResultTable
-from looped.experiments.study import Axis, RunSummary, StudyBase, grouped_plan, reproduced, unit_interval
+from looped.experiments.retrain import Reproduction
+from looped.experiments.study import Axis, RunSummary, StudyBase, grouped_plan, unit_interval
 
 AXES = (Axis("task", "tasks", ("graph",)), Axis("alpha", "alphas", ("0.0",), cell=unit_interval),
         Axis("seed", "seeds", (42,), cell=int))
@@ -60,9 +61,9 @@ def test_the_cells_every_results_row_records_and_a_curve_where_the_last_log_of_a
 
 
 def test_a_retrain_off_its_figure_says_both_numbers_and_one_within_says_nothing():
-    assert reproduced("bits/byte", 1.5, 1.5004, 1e-3) is None
-    assert reproduced("bits/byte", 1.5, 1.51, 1e-3) == "bits/byte 1.510000 retrained vs 1.500000 in results.csv " \
-                                                       "(tolerance 0.001)"
+    assert Reproduction("bits/byte", 1.5, 1.5004, 1e-3).reason is None
+    assert Reproduction("bits/byte", 1.5, 1.51, 1e-3).reason == "bits/byte 1.510000 retrained vs 1.500000 in " \
+                                                                "results.csv (tolerance 0.001)"
 
 
 def test_the_first_rows_of_every_difficulty_keep_their_order():

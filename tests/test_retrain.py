@@ -80,7 +80,13 @@ def test_a_run_whose_folder_is_gone_is_retrained_checked_and_backfilled(toy):
     assert "owed: 1 run needs --retrain-owed" in toy.status()
     assert toy.retrain() == [toy.key]
     label = engine.run_label(toy.key)
-    assert f"retrained {label} reproduces its row" in toy.log
+    assert any(m.startswith(f"retrained {label} reproduces its row (held-out bits/byte ") for m in toy.log), toy.log
+    # the comparison is committed with the rows (the run folder is not): both figures, their difference, the verdict
+    [recorded] = retrain.retrains_table(toy.build()).rows
+    committed = float(toy.study.results.find(**toy.key)["bits_per_byte"])
+    assert float(recorded["committed"]) == pytest.approx(committed, abs=1e-6)
+    assert abs(float(recorded["difference"])) <= 1e-3 and recorded["verdict"] == engine.REPRODUCES
+    assert "Scored from a retrain" in (toy.out / "table.md").read_text(), "the report hides that a run was retrained"
     assert f"scoring by position: {label}" in toy.log and f"scoring early exit: {label}" in toy.log
     # seeded, one thread: the retrained run scores exactly what the deleted one did
     assert toy.rows_of(toy.key) == toy.scored
@@ -106,6 +112,8 @@ def test_a_retrain_off_its_row_is_not_backfilled_and_the_log_says_why(toy, monke
     assert numbers and float(numbers[2]) == pytest.approx(committed, abs=1e-6)
     assert float(numbers[1]) == pytest.approx(committed + 0.01, abs=2e-6)
     assert toy.unscored(), "a run that does not reproduce its row was backfilled"
+    [recorded] = retrain.retrains_table(toy.build()).rows
+    assert recorded["verdict"] == engine.DIFFERS and float(recorded["difference"]) == pytest.approx(0.01, abs=2e-6)
     assert (toy.out / "results.csv").read_bytes() == toy.results_bytes
     # the verdict stays with the folder: a later study call neither scores it nor retrains it
     monkeypatch.setattr(clw_study, "heldout_scorer", real)
@@ -161,3 +169,16 @@ def test_the_command_line_option_retrains_the_selected_runs(toy, monkeypatch, ca
     assert main(argv) == 0
     assert called["out"] == toy.out and called["select"] == {"seed": (11,)} and called["stop_after"] == 5
     assert capsys.readouterr().out.startswith("the table")
+
+
+def test_a_retrain_from_before_the_record_is_checked_and_recorded_once(toy):
+    assert toy.retrain() == [toy.key]
+    (toy.out / retrain.RETRAINS).unlink()  # as a folder retrained by a version that kept no record
+    toy.log.clear()
+    assert toy.retrain() == [], "a recorded-less but reproduced run was retrained again"
+    [recorded] = retrain.retrains_table(toy.build()).rows
+    assert recorded["verdict"] == engine.REPRODUCES and abs(float(recorded["difference"])) <= 1e-3
+    assert sum(m.startswith("recorded the earlier retrain") for m in toy.log) == 1, toy.log
+    toy.log.clear()
+    toy.retrain()
+    assert not any(m.startswith("recorded the earlier retrain") for m in toy.log), "recorded twice"

@@ -23,7 +23,8 @@ from .render import (Column, at_cost, buckets, groups, heading, key, markdown, m
                      relative_change, section, spread_of, table, write_table)
 from .report import MISSING, cell, figure, finished
 from .results import ResultTable, study_results
-from .study import Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study, reproduced
+from .retrain import Reproduction, retrains_table
+from .study import REPRODUCES, Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status", "machine"]
@@ -78,11 +79,11 @@ class ClwStudy(StudyBase):
         return recipe_config(merge({"model": model, **recipe, "data": data[key["corpus"]]},
                                    {"train": {"seed": key["seed"]}}), self.overrides)
 
-    def reproduces(self, key: dict, run: RunSummary) -> str | None:
+    def reproduces(self, key: dict, run: RunSummary) -> Reproduction:
         """A retrained run against its results.csv row: the held-out bits/byte `evaluate` computes."""
         retrained = heldout_scorer(ckpt.run_checkpoint(run.folder))[2]()["bits_per_byte"]
-        return reproduced("held-out bits/byte", float(self.results.find(**key)["bits_per_byte"]), retrained,
-                          REPRODUCE_TOLERANCE)
+        return Reproduction("held-out bits/byte", float(self.results.find(**key)["bits_per_byte"]), retrained,
+                            REPRODUCE_TOLERANCE)
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         """The whole held-out tail by position, then (looped rows) at every test-time rounds and early-exit
@@ -98,7 +99,8 @@ class ClwStudy(StudyBase):
 
     def report(self) -> None:
         tables = (self.results, self.by_rounds, self.exits, self.positions)
-        write_table(self.out, tables, lambda: table_markdown(self.results, self.exits, self.positions))
+        write_table(self.out, tables, lambda: table_markdown(self.results, self.exits, self.positions,
+                                                             retrains_table(self)))
         done = finished(self.results.rows)
         if self.results.rows:
             plot(self.out / "nll.png", NLL, done, {with_parameters(f"{c} sample", finished(done, corpus=c)):
@@ -132,8 +134,8 @@ ROW_COLUMNS = [key("row"), parameters(), *(c for corpus in clw.CORPORA for c in 
     Column(f"paper PPL ({corpus})", lambda g, c=corpus: figure(PAPER_SMALL_PPL.get((c, g["row"])), 4))))]
 
 
-def table_markdown(results: ResultTable, exits: ResultTable | None = None,
-                   positions: ResultTable | None = None) -> str:
+def table_markdown(results: ResultTable, exits: ResultTable | None = None, positions: ResultTable | None = None,
+                   retrains: ResultTable | None = None) -> str:
     lines = [*heading("Seed 000 rows at CPU scale (small budget widths)", results.rows, CAPTION),
              *table(ROW_COLUMNS, groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
              "", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
@@ -145,7 +147,18 @@ def table_markdown(results: ResultTable, exits: ResultTable | None = None,
     if positions is not None and positions.rows:
         lines += ["", *section("Held-out bits/byte by position in the block", positions_tables(positions),
                                POSITION_CAPTION)]
-    return markdown(lines)
+    return markdown(lines + (retrain_lines(retrains.rows) if retrains is not None else []))
+
+
+def retrain_lines(retrains: list[dict]) -> list[str]:
+    """What `--retrain-owed` did for the scores above: runs trained again (their folders were gone), checked."""
+    if not retrains:
+        return []
+    held = [abs(float(r["difference"])) for r in retrains if r["verdict"] == REPRODUCES]
+    largest = f" (largest difference {max(held):.6f})" if held else ""
+    return ["", f"Scored from a retrain (the run folder was gone; `looped reproduce clw --scale cpu --retrain-owed`): "
+                f"{len(retrains)} run(s), {len(held)} reproducing their row's held-out bits/byte within "
+                f"{REPRODUCE_TOLERANCE:g}{largest}, the others not scored; each pair in retrains.csv."]
 
 
 def positions_tables(positions: ResultTable) -> list[str]:

@@ -8,19 +8,60 @@ folder (the recipes are seeded and run on one thread). The retrain is resumable 
 one. Before any Backfill uses it, the study's `reproduces(key, run)` compares its headline figure with the
 row's; a run that does not reproduce is logged with both numbers and never backfilled (its cells stay empty).
 The verdict is kept in the run folder (study.RETRAINED), so a later call neither scores a half-trained or
-unchecked retrain nor retrains a refused one. results.csv is never written here.
+unchecked retrain nor retrains a refused one. results.csv is never written here; each retrain's figure beside its
+row's goes to retrains.csv in the study's results folder (committed with the rows: the run folders are not), also
+for a folder retrained before that record existed.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..io import atomic_write_text
 from ..train import TrainingError
 from . import study as engine
-from .results import check_same_settings, exclusive_lock, overrides_text, run_label
+from .results import ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
+
+RETRAINS = "retrains.csv"
+TRAINING_FAILED = "training failed"
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A retrained run's headline figure beside its committed row's: it reproduces the row when the two lie within
+    `tolerance` (absolute; the study's bound, e.g. clw_study.REPRODUCE_TOLERANCE)."""
+
+    figure: str  # what was compared, e.g. "held-out bits/byte"
+    committed: float  # the results.csv row's
+    retrained: float
+    tolerance: float
+
+    @property
+    def reason(self) -> str | None:
+        """None when the retrain reproduces its row, else the one-line reason with both numbers."""
+        if abs(self.retrained - self.committed) <= self.tolerance:
+            return None
+        return (f"{self.figure} {self.retrained:.6f} retrained vs {self.committed:.6f} in results.csv "
+                f"(tolerance {self.tolerance:g})")
+
+
+def retrains_table(study: engine.Study) -> ResultTable:
+    """retrains.csv of the study: per retrained run (the study's key), the figure compared, both values, the
+    tolerance and the verdict."""
+    key = study.results.key
+    columns = [*key, "figure", "committed", "retrained", "difference", "tolerance", "verdict", "machine"]
+    return ResultTable(Path(study.out) / RETRAINS, columns, key)
+
+
+def record(study: engine.Study, key: dict, check: Reproduction | None, verdict: str) -> None:
+    """One retrains.csv row (`check` None: the retrain failed to train, nothing was compared)."""
+    numbers = {} if check is None else {
+        "figure": check.figure, "committed": f"{check.committed:.6f}", "retrained": f"{check.retrained:.6f}",
+        "difference": f"{check.retrained - check.committed:+.6f}", "tolerance": f"{check.tolerance:g}"}
+    retrains_table(study).add({**key, **numbers, "verdict": verdict})
 
 
 def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu",
@@ -47,6 +88,7 @@ def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True
         log(f"{len(owed)} run(s) owe a backfill, but this study cannot check a retrained run against its row "
             "(no `reproduces`): nothing retrained")
         return []
+    record_earlier_retrains(study, plan, log)
     deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
     done = []
     for i, key in enumerate(owed):
@@ -74,16 +116,39 @@ def retrain_one(study: engine.Study, key: dict, progress: bool, log) -> None:
     try:
         run = engine.train_run(study.config(key), folder, progress, log)
     except TrainingError as err:  # no failed row: the committed row stands; the retrain is what failed
-        reason = f"training failed: {str(err).splitlines()[0]}"
+        check, reason = None, f"{TRAINING_FAILED}: {str(err).splitlines()[0]}"
     else:
-        reason = study.reproduces(key, run)
+        check = study.reproduces(key, run)
+        reason = check.reason
     if reason is not None:
         atomic_write_text(verdict, f"{engine.DIFFERS}: {reason}\n")
+        record(study, key, check, TRAINING_FAILED if check is None else engine.DIFFERS)
         log(f"retrained {run_label(key)} does not reproduce its row, not backfilled: {reason}")
         return
-    atomic_write_text(verdict, f"{engine.REPRODUCES} its results.csv row\n")
-    log(f"retrained {run_label(key)} reproduces its row")
+    atomic_write_text(verdict, f"{engine.REPRODUCES} its results.csv row ({check.figure} {check.retrained:.6f}, "
+                               f"row {check.committed:.6f})\n")
+    record(study, key, check, engine.REPRODUCES)
+    log(f"retrained {run_label(key)} reproduces its row ({check.figure} {check.retrained:.6f} vs "
+        f"{check.committed:.6f})")
     engine.backfill(study, log, [key])
 
 
-__all__ = ["retrain_owed", "retrain_one", "retrain_study"]
+def record_earlier_retrains(study: engine.Study, plan: list[dict], log) -> None:
+    """Check again, and record, the finished retrains of `plan` that retrains.csv lacks (retrained before the
+    record existed; their folder's verdict stands: a figure that now differs is logged, not acted on)."""
+    if getattr(study, "reproduces", None) is None:
+        return
+    table = retrains_table(study)
+    for key in plan:
+        folder = study.folder(key)
+        verdict = engine.retrain_verdict(folder)
+        if verdict is None or verdict.startswith(engine.RETRAINING) or table.has(**key) or \
+                verdict.startswith(f"{engine.DIFFERS}: {TRAINING_FAILED}"):
+            continue
+        check = study.reproduces(key, engine.RunSummary.read(folder))
+        record(study, key, check, engine.REPRODUCES if verdict.startswith(engine.REPRODUCES) else engine.DIFFERS)
+        log(f"recorded the earlier retrain of {run_label(key)}: {check.figure} {check.retrained:.6f} vs "
+            f"{check.committed:.6f} in results.csv")
+
+
+__all__ = ["RETRAINS", "Reproduction", "retrain_owed", "retrain_one", "retrain_study", "retrains_table"]

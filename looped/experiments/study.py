@@ -148,9 +148,9 @@ class Study(Protocol):
     results: ResultTable  # a row there marks a run done (or failed)
     trains: bool  # False: a study call that only records (DRT --shortcuts-only): prepare, then report
     backfills: tuple[Backfill, ...]  # scores added after some runs had finished (the engine's `backfill`)
-    # reproduces(key, run): None when a retrained run gives its committed row's headline figure, else a one-line
-    # reason; None in place of the method: the study cannot check a retrain, so `--retrain-owed` trains nothing
-    reproduces: Callable[[dict, RunSummary], str | None] | None
+    # reproduces(key, run): a retrained run's headline figure beside its committed row's (retrain.Reproduction);
+    # None in place of the method: the study cannot check a retrain, so `--retrain-owed` trains nothing
+    reproduces: Callable[[dict, RunSummary], Any] | None
 
     def config(self, key: dict):
         """The RunConfig of the run of `key` (ConfigError: the combination does not exist, it is skipped)."""
@@ -355,14 +355,6 @@ def backfill(study: Study, log, keys: list[dict] | None = None) -> None:
 # retrained run is checked against the row, then "reproduces ..." or "does not reproduce: <both numbers>".
 RETRAINED = "retrained.txt"
 RETRAINING, REPRODUCES, DIFFERS = "retraining", "reproduces", "does not reproduce"
-
-
-def reproduced(what: str, committed: float, retrained: float, tolerance: float) -> str | None:
-    """A study's `reproduces` verdict on one headline figure: None when the retrained run's lies within `tolerance`
-    (absolute) of its committed row's, else the one-line reason with both numbers."""
-    if abs(retrained - committed) <= tolerance:
-        return None
-    return f"{what} {retrained:.6f} retrained vs {committed:.6f} in results.csv (tolerance {tolerance:g})"
 
 
 def retrain_verdict(folder: Path) -> str | None:
