@@ -224,3 +224,14 @@ def test_a_task_run_reports_accuracy_and_judges_by_the_loss(tmp_path):
     assert lines == [f"{tmp_path / 'run'}: held-out accuracy 0.7000 at update 20 (2 evaluations; best loss "
                      f"(nats/target) 0.5000 at update 10)"]  # no compressors: not text
     assert "final held-out loss (nats/target) (0.7000 at update 20)" in warning and "looped eval" not in warning
+
+
+def test_an_addition_run_ends_with_its_prefix_token_accuracy_not_the_always_right_final_state(tmp_path):
+    """Addition's final "state" is the EOS (right from the first updates): the line must name the task's headline."""
+    config = load_run_config(Path("configs/rlt/cpu/addition_rlt0.yaml"))
+    run = tmp_path / "add"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 100, "val_loss": 1.4, "val_final_state_accuracy": 1.0,
+                                                   "val_prefix_token_accuracy": 0.62}) + "\n")
+    lines, _ = summary_lines(run, config, compressors=False)
+    assert "held-out prefix-token accuracy 0.6200 at update 100" in lines[0], lines

@@ -315,6 +315,16 @@ def test_lengths_command_through_the_cli(tmp_path, capsys):
     assert "missing" in capsys.readouterr().err
 
 
+def test_the_lengths_table_marks_additions_prefix_token_accuracy_as_its_headline():
+    """Addition's final "state" is its EOS, right for any model: the table stated chance for it."""
+    from looped.cli.rlt import lengths_table
+
+    records = [{"length": 9, "final_state_accuracy": 1.0, "prefix_token_accuracy": 0.39, "sequence_accuracy": 0.0,
+                "sequences": 256}]
+    text = lengths_table(records, (1, 8), 0.1, "prefix_token_accuracy")
+    assert "| final state | **prefix token** |" in text and "0.100 for the prefix token;" in text
+
+
 def test_lengths_prints_a_table_with_trained_lengths_and_chance_and_writes_the_plot(tmp_path, capsys, monkeypatch):
     """Issue 29 §3: `looped lengths` printed the JSON on stdout (twice with --out) and drew nothing."""
     from looped.cli import main
@@ -325,7 +335,8 @@ def test_lengths_prints_a_table_with_trained_lengths_and_chance_and_writes_the_p
     assert main(["lengths", str(run), "--lengths", "4", "16", "--n", "8", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "| 4* |" in out and "| 16 |" in out  # tiny_run trains lengths 3-8
-    assert "trained lengths (3-8); chance (uniform prediction) 0.500" in out
+    assert "trained lengths (3-8); bold: the task's headline; chance (uniform prediction) 0.500 for the final " \
+           "state" in out and "| **final state** |" in out
     assert "{" not in out  # no JSON unless --json
     assert (run / "lengths.png").stat().st_size > 0 and not (tmp_path / "lengths.png").exists()
     checkpoint_only = write_checkpoint(tmp_path / "loose")  # a checkpoint outside a run: ./lengths.png

@@ -97,7 +97,7 @@ def cmd_lengths(args) -> int:
     if args.json:  # for scripts: the JSON on stdout, nothing else
         print_json(result, args.out)
         return 0
-    print(lengths_table(records, (trained[0], trained[-1]), task.chance_accuracy))
+    print(lengths_table(records, (trained[0], trained[-1]), task.chance_accuracy, task.primary_metric))
     if args.out:
         print_json_file(result, args.out)
         print(f"wrote {args.out}")
@@ -111,17 +111,23 @@ def cmd_lengths(args) -> int:
     return 0
 
 
-def lengths_table(records: list[dict], trained: tuple[int, int], chance: float) -> str:
-    """Accuracy by test length as a Markdown table; trained lengths marked with *, chance stated under it."""
+ACCURACY_HEADERS = {"final_state_accuracy": "final state", "prefix_token_accuracy": "prefix token",
+                    "sequence_accuracy": "whole sequence"}
+
+
+def lengths_table(records: list[dict], trained: tuple[int, int], chance: float,
+                  primary: str = "final_state_accuracy") -> str:
+    """Accuracy by test length as a Markdown table; trained lengths marked with *, the task's headline metric
+    (`primary`) marked in its header, its chance stated under it."""
     from ..experiments.render import Column, table
 
     mark = lambda r: "*" if trained[0] <= r["length"] <= trained[1] else ""  # noqa: E731
     columns = [Column("length", lambda r: f"{r['length']}{mark(r)}"),
-               *(Column(header, lambda r, m=metric: f"{r[m]:.3f}") for header, metric in (
-                   ("final state", "final_state_accuracy"), ("prefix token", "prefix_token_accuracy"),
-                   ("whole sequence", "sequence_accuracy")))]
-    return "\n".join([*table(columns, records), f"* = trained lengths ({trained[0]}-{trained[1]}); chance (uniform "
-                      f"prediction) {chance:.3f} for the final state; {records[0]['sequences']:,} rows per length"])
+               *(Column(f"**{header}**" if metric == primary else header, lambda r, m=metric: f"{r[m]:.3f}")
+                 for metric, header in ACCURACY_HEADERS.items())]
+    return "\n".join([*table(columns, records), f"* = trained lengths ({trained[0]}-{trained[1]}); bold: the task's "
+                      f"headline; chance (uniform prediction) {chance:.3f} for the {ACCURACY_HEADERS[primary]}; "
+                      f"{records[0]['sequences']:,} rows per length"])
 
 
 def default_lengths_plot(run: Path) -> Path:

@@ -28,9 +28,25 @@ def heldout_curve(events: list[dict]) -> list[dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def headline(event: dict) -> tuple[str, float]:
-    """(name, value) of an evaluation's headline score: bits per byte/symbol of a text run, else accuracy,
-    else the loss."""
+ACCURACY_NAMES = {"final_state_accuracy": "final-state accuracy", "prefix_token_accuracy": "prefix-token accuracy",
+                  "sequence_accuracy": "whole-sequence accuracy"}
+
+
+def primary_metric(config) -> str | None:
+    """The headline metric of a sequence task's run (addition: prefix-token accuracy, whose final "state" is the
+    EOS and always right); None for other kinds."""
+    if getattr(config.task, "kind", "lm") != "sequence":
+        return None
+    from .sequence import build_task
+
+    return build_task(config.task).primary_metric
+
+
+def headline(event: dict, primary: str | None = None) -> tuple[str, float]:
+    """(name, value) of an evaluation's headline score: the task's `primary` metric when given and recorded, else
+    bits per byte/symbol of a text run, else accuracy, else the loss."""
+    if primary is not None and isinstance(event.get(f"val_{primary}"), (int, float)):
+        return ACCURACY_NAMES.get(primary, primary), float(event[f"val_{primary}"])
     for key, name in (("val_bits_per_byte", "bits/byte"), ("val_bits_per_symbol", "bits/symbol"),
                       ("val_accuracy", "accuracy"), ("val_final_state_accuracy", "final-state accuracy")):
         if isinstance(event.get(key), (int, float)):
@@ -90,7 +106,7 @@ def summary_lines(run_dir: Path, config, compressors: bool = True) -> tuple[list
     if not curve:
         return [f"{run_dir}: trained; no held-out evaluation was recorded"], None
     final = curve[-1]
-    name, value = headline(final)
+    name, value = headline(final, primary_metric(config))
     lines = [f"{run_dir}: held-out {name} {value:.4f} at update {final['step']:,}{part_scored(config)} "
              f"({len(curve)} evaluation{'s' if len(curve) > 1 else ''}; best {best_text(curve)})"]
     data = heldout_bytes(config) if compressors and name == "bits/byte" else None
