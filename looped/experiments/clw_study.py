@@ -19,8 +19,8 @@ from . import clw
 from .clw_claims import CLAIMS
 from .figures import Dots, Lines, plot, with_parameters
 from .lm_scores import heldout_scorer, position_rows, score_cells, sweep_rows
-from .render import (Column, at_cost, buckets, groups, heading, key, markdown, matching, mean, mean_of, parameters,
-                     relative_change, section, spread_of, table, write_table)
+from .render import (Column, at_cost, buckets, groups, heading, key, markdown, matching, mean, mean_of, minutes_per_run,
+                     parameters, relative_change, section, spread_of, table, write_table)
 from .report import MISSING, cell, figure, finished
 from .results import ResultTable, study_results
 from .retrain import Reproduction, retrains_table
@@ -128,10 +128,11 @@ EXIT_CAPTION = ("A position stops refining once successive rounds' next-byte dis
 ROW_KEYS = [(row,) for row in clw.ROWS]  # the table lines in the paper's order
 POSITION_CAPTION = ("Target positions 1..512 of each held-out block in doubling buckets; mean over the seeds scored "
                     "(n). A row whose numbers fall from left to right uses the context it has read.")
-ROW_COLUMNS = [key("row"), parameters(), *(c for corpus in clw.CORPORA for c in (  # per corpus, beside the paper
-    spread_of(f"{corpus} bits/byte", "bits_per_byte", 4, corpus=corpus),
-    spread_of(f"{corpus} PPL", "ppl", 3, corpus=corpus),
-    Column(f"paper PPL ({corpus})", lambda g, c=corpus: figure(PAPER_SMALL_PPL.get((c, g["row"])), 4))))]
+ROW_COLUMNS = [key("row"), parameters(), minutes_per_run("minutes per run (median, both corpora)"),
+               *(c for corpus in clw.CORPORA for c in (  # per corpus, beside the paper
+                   spread_of(f"{corpus} bits/byte", "bits_per_byte", 4, corpus=corpus),
+                   spread_of(f"{corpus} PPL", "ppl", 3, corpus=corpus),
+                   Column(f"paper PPL ({corpus})", lambda g, c=corpus: figure(PAPER_SMALL_PPL.get((c, g["row"])), 4))))]
 
 
 def table_markdown(results: ResultTable, exits: ResultTable | None = None, positions: ResultTable | None = None,

@@ -30,8 +30,8 @@ from .drt_claims import CLAIMS
 from .reasoning_scores import (best_accuracy, diagnostic_rows, difficulty_columns, fixed_depth_label, gate_rows,
                                generator_columns, grid_cells, mean_heatmap, negatives, other_generator_cells,
                                plot_gates)
-from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, parameters, part,
-                     percent_of, spread_of, table, write_table)
+from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, minutes_per_run, parameters,
+                     part, percent_of, spread_of, table, write_table)
 from .report import MISSING, cell, percent, read_interval, spread
 from .study import (Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
                     unit_interval)
@@ -143,7 +143,7 @@ MAIN_COLUMNS = [
     Column("paper ID / OOD", lambda g: "{} / {}".format(*paper) if (paper := _paper(g)) else MISSING),
     Column("step-1 acc. 12-hop", lambda g: percent(g.values("step1_12hop")) if _graph(g["task"]) else MISSING),
     percent_of("depth-emb. max |change|", "diagnostic_max_change"),
-    spread_of("ACT ponder steps (OOD)", "mean_ponder_ood", 2), parameters()]
+    spread_of("ACT ponder steps (OOD)", "mean_ponder_ood", 2), parameters(), minutes_per_run()]
 SWEEP_COLUMNS = [key("arch"), key("alpha", align=RIGHT), percent_of("step-1 acc. 12-hop %", "step1_12hop"),
                  percent_of("sufficient-step OOD %", "ood_accuracy"),
                  Column("10-hop best %", lambda g: spread([best_accuracy(r).get(10) for r in g.runs], 1, 100))]

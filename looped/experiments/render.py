@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_save_figure, atomic_write_text
-from .report import MISSING, average, finished, spread
+from .report import MISSING, average, finished, median_minutes, spread
 from .results import ResultTable, overrides_note
 
 LEFT, RIGHT = "---", "---:"  # a markdown column's alignment: text left, numbers right
@@ -131,6 +131,11 @@ def relative_change(groups: Iterable[Group], column: str, reference: str, by: st
         return None
     return ", ".join(f"vs {name} {100 * (means[reference] / value - 1):+.2f} %" for name, value in means.items()
                      if name != reference and value)
+
+
+def minutes_per_run(header: str = "minutes per run (median)") -> Column:
+    """The median training wall time of the group's runs (issue 27: every table states what a run of it costs)."""
+    return Column(header, lambda g: median_minutes(g.values("train_seconds")))
 
 
 def parameters(header: str = "parameters") -> Column:

@@ -22,8 +22,8 @@ from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train.config import recipe_config
 from . import report, rlt
-from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, panels, parameters,
-                     percent_of, spread_of, table, write_table)
+from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, minutes_per_run, panels,
+                     parameters, percent_of, spread_of, table, write_table)
 from .report import MISSING, cell, column
 from .results import ResultTable, study_results
 from .rlt_claims import CLAIMS
@@ -131,7 +131,7 @@ def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
 
     by_length = [c for n in shown for c in (Column(str(n), at_length(n, metric)), Column(f"paper {n}", paper(n)))]
     return [left("row", label), parameters(), spread_of("s/update (incl. validation)", "seconds_per_update", 2),
-            Column("minutes per run (median)", lambda g: report.median_minutes(g.values("train_seconds"))),
+            minutes_per_run(),
             Column("best step", lambda g: ", ".join(g.values("best_step")) or MISSING),
             percent_of("ID validation", f"val_{metric}", 2), *by_length,
             Column(f"{ablated}, shuffled feedback", at_length(ablated, "shuffled_feedback_accuracy"))]
