@@ -64,7 +64,8 @@ def rlt_claims(out: Path) -> list[Claim]:
               lambda: [above("mod5_bracketed", "rlt1", 64, 67.97),
                        ahead(acc("mod5_bracketed", "rlt1", 64), acc("mod5_bracketed", "baseline", 64))]),
         Claim("Addition: RLT ahead of the Transformer at 9 digits", "7+1 68.05 vs 58.61 (at 32 digits all ≈ 15–17)",
-              "9 digits, best-val checkpoint, prefix-token accuracy; RLT-1 ahead",
+              "9 digits, best-val checkpoint, prefix-token accuracy; RLT-1 ahead. No row has learned addition in "
+              "range at this budget (ID validation column; a 3x-update probe: addition_probes.md)",
               lambda: [ahead(acc("addition", "rlt1", 9), acc("addition", "baseline", 9))]),
         Claim("Swaps-S5 accuracy grows with decoder depth (4+4 > 5+3 > 6+2)", "256 ops: 97.30 > 92.71 > 78.91",
               f"256 operations, {fs}; RLT-1 at total depth 4: 1+3 ahead of 2+2 ahead of 3+1",
