@@ -510,3 +510,27 @@ def test_hard_negative_recipe_is_the_graph_recipe_with_hard_negatives():
     hard, paper = drt.run_config("graph_hard", "cpu"), drt.run_config("graph", "cpu")
     assert hard.task.hard_negatives and not paper.task.hard_negatives
     assert hard.model == paper.model and hard.train == paper.train and hard.optim == paper.optim
+
+
+def _flat(config: dict) -> dict:
+    return {(section, k): v for section, values in config.items() for k, v in values.items()}
+
+
+@pytest.mark.parametrize("name", sorted(drt.VARIANTS))
+def test_a_variant_differs_from_its_recipe_in_exactly_what_it_names(name):
+    """An ablation that silently equals its recipe (or changes more than it says) would attribute an effect to the
+    wrong change (issue 27 §2.2-2.3)."""
+    variant = drt.VARIANTS[name]
+    ours, theirs = _flat(drt.recipe(name, "cpu")), _flat(drt.recipe(variant.of, "cpu"))
+    changed = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    expected = set(variant.revert)
+    if variant.budget != 1:
+        expected |= {("train", "max_targets"), ("train", "eval_every")}
+        assert ours[("train", "max_targets")] == round(theirs[("train", "max_targets")] * variant.budget)
+    assert changed == expected, name
+    # reverted = the paper's value (a task option the paper lacks: absent), not some third one
+    paper = _flat({"optim": drt.OPTIM, "model": drt.model_section(variant.of, **drt.CPU_WIDTH), "task": {}})
+    for key in variant.revert:
+        assert ours.get(key) == paper.get(key), key
+    with pytest.raises(ValueError, match="no full-scale recipe"):
+        drt.recipe(name, "full")

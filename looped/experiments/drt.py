@@ -28,6 +28,7 @@ CPU scale (configs/drt/cpu/<task>.yaml, 2 shared cores, one thread per run):
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from ..data.tasks.base import task_class, task_options
 from ..models import get_arch
@@ -61,6 +62,42 @@ CPU_RECIPE_CHANGES = {
     "logic": {"optim": {"lr": 2.0e-3, "warmup_steps": 100}, "model": {"layer_scale": None, "dropout": 0.0},
               "task": {"same_difficulty_batches": True}},
 }
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A CPU recipe changed in one respect, for an ablation or a budget curve (issue 27 §2.2-2.3): the recipe
+    `of` with the CPU changes named in `revert` put back to the paper's value, and/or `budget` times its rows
+    seen (ten validations still). Its results.csv rows carry the variant's name in the task column."""
+
+    of: str
+    revert: tuple[tuple[str, str], ...] = ()  # (config section, key) of CPU_RECIPE_CHANGES[of]
+    budget: float = 1.0
+
+
+# Logic: each of the tuned recipe's four changes reverted, one at a time (which of them matters), and the budget
+# that may bring every seed to >= 90 % at depth 12 (seed 44 was still rising when the 10,000 updates ended; 1.5x
+# is ~50-70 min a run here, the most a CPU run may take). Family, de-cued: twice the budget (~60 min), beside the
+# same recipe for the fixed Transformer (does any architecture learn relations without cues at this scale?).
+VARIANTS = {
+    "logic_paper_lr": Variant("logic", revert=(("optim", "lr"), ("optim", "warmup_steps"))),
+    "logic_layer_scale": Variant("logic", revert=(("model", "layer_scale"),)),
+    "logic_dropout": Variant("logic", revert=(("model", "dropout"),)),
+    "logic_mixed_depths": Variant("logic", revert=(("task", "same_difficulty_batches"),)),
+    "logic_1.5x": Variant("logic", budget=1.5),
+    "family_decued_2x": Variant("family_decued", budget=2.0),
+}
+TASKS.update({name: TASKS[variant.of] for name, variant in VARIANTS.items()})
+
+
+def cpu_changes(recipe: str) -> dict:
+    """CPU_RECIPE_CHANGES of a recipe or variant, without what the variant reverts."""
+    variant = VARIANTS.get(recipe, Variant(recipe))
+    reverted = set(variant.revert)
+    return {section: {k: v for k, v in values.items() if (section, k) not in reverted}
+            for section, values in CPU_RECIPE_CHANGES.get(variant.of, {}).items()}
+
+
 # The CPU study's default plan: (task, arch, alpha, seeds) groups in training order. The core on the paper's three
 # tasks first (what the first sessions ran), then every baseline and ablation with the same seeds, so each claim
 # compares 3 seeds with 3 (the stability claim 5 with 5: the core and drt_tied, the weight-tied ablation).
@@ -74,6 +111,10 @@ CPU_PLAN = (
     ("graph_hard", "drt", 0.0, SEEDS),
     ("logic", "fixed_transformer", 0.0, SEEDS),
     ("family_decued", "drt", 0.0, SEEDS),
+    *((name, "drt", 0.0, SEEDS[:1]) for name in VARIANTS if name.startswith("logic_") and name != "logic_1.5x"),
+    ("logic_1.5x", "drt", 0.0, SEEDS),
+    ("family_decued_2x", "drt", 0.0, SEEDS[:1]),
+    ("family_decued", "fixed_transformer", 0.0, SEEDS[:1]),
 )
 CPU_DIAGNOSTIC_PER_BUCKET = 200  # test rows per bucket for the depth-embedding diagnostic at CPU scale
 
@@ -96,7 +137,12 @@ PAPER_NOTES = {
 
 def paper_rows(task: str) -> int:
     """Seed 002's training-set size for recipe `task`: its data task's `paper_train_size`."""
-    return task_class(task).paper_train_size
+    return task_class(base(task)).paper_train_size
+
+
+def base(recipe: str) -> str:
+    """The recipe a variant varies (a recipe is its own base)."""
+    return VARIANTS[recipe].of if recipe in VARIANTS else recipe
 
 
 def model_section(task: str, arch: str = "drt", **overrides) -> dict:
@@ -109,14 +155,17 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     """The whole run config (model, task, optim, train) of one recipe as a dict."""
     if task not in TASKS:
         raise ValueError(f"unknown DRT recipe {task!r} (known: {', '.join(TASKS)})")
+    if scale == "full" and task in VARIANTS:
+        raise ValueError(f"{task} is a CPU-study variant of {base(task)}: it has no full-scale recipe")
     if scale == "full":
         batch, epochs = FULL_SCHEDULE[task]
         seen, width = epochs * paper_rows(task), {}
     elif scale == "cpu":
-        batch, seen, width = CPU_SCHEDULE[task]
+        batch, seen, width = CPU_SCHEDULE[base(task)]
+        seen = round(seen * VARIANTS[task].budget) if task in VARIANTS else seen
     else:
         raise ValueError(f"unknown scale {scale!r} (full or cpu)")
-    changes = CPU_RECIPE_CHANGES.get(task, {}) if scale == "cpu" else {}
+    changes = cpu_changes(task) if scale == "cpu" else {}
     fields = {f.name for f in dataclasses.fields(get_arch(arch).config_cls)}
     model_changes = {k: v for k, v in {**width, **changes.get("model", {})}.items()
                      if k in fields and (k != "heads" or arch != "gnn")}
@@ -125,7 +174,7 @@ def recipe(task: str, scale: str = "full", arch: str = "drt", seed: int = SEEDS[
     return {
         "model": model,
         "task": {"kind": "reasoning", "name": TASKS[task], "alpha": alpha, "data_seed": 0,
-                 **task_options(task), **changes.get("task", {})},
+                 **task_options(base(task)), **changes.get("task", {})},
         "optim": {**OPTIM, **changes.get("optim", {})},
         "train": {"seed": seed, "batch_size": batch, "max_targets": seen, "eval_every": updates_per_eval,
                   "eval_batch_size": 256, "select": "last", "log_every": 50,
@@ -147,13 +196,18 @@ def describe(task: str, scale: str) -> str:
         (batch, epochs), rows = FULL_SCHEDULE[task], paper_rows(task)
         return (f"seed 002 {task}, full recipe (the paper's): batch {batch}, {epochs} epochs x {rows:,} rows = "
                 f"{epochs * rows:,} rows seen ({epochs * rows // batch:,} updates)")
-    batch, seen, width = CPU_SCHEDULE[task]
-    size = paper_rows(task)
+    config = recipe(task, scale)
+    batch, seen, size = config["train"]["batch_size"], config["train"]["max_targets"], paper_rows(task)
+    width = CPU_SCHEDULE[base(task)][2]
     scaled = f"width {width['dim']} (paper 256), " if width else "the paper's exact model, "
-    changes = "; ".join(f"{section}.{key}={value}" for section, values in CPU_RECIPE_CHANGES.get(task, {}).items()
+    changes = "; ".join(f"{section}.{key}={value}" for section, values in cpu_changes(task).items()
                         for key, value in values.items())
-    return (f"seed 002 {task}, CPU scale: {scaled}batch {batch}, {seen:,} rows seen = {seen / size:g} epochs of "
-            f"the {size:,}-row training set ({-(-seen // batch):,} updates)" + (f"; {changes}" if changes else ""))
+    variant = VARIANTS.get(task)
+    varied = "" if variant is None else f" (the {variant.of} recipe" + "".join(
+        ([f" with {' and '.join('.'.join(k) for k in variant.revert)} as the paper's"] if variant.revert else []) +
+        ([f" at {variant.budget:g}x its rows seen"] if variant.budget != 1 else [])) + ")"
+    return (f"seed 002 {task}{varied}, CPU scale: {scaled}batch {batch}, {seen:,} rows seen = {seen / size:g} epochs "
+            f"of the {size:,}-row training set ({-(-seen // batch):,} updates)" + (f"; {changes}" if changes else ""))
 
 
 def run_name(task: str, arch: str, alpha: float, seed: int) -> str:

@@ -119,7 +119,8 @@ class DrtStudy(StudyBase):
             label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
             mean_heatmap([out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv" for r in g.runs],
                          out / f"heatmap_{label}.png", g.runs[0] if g.runs else {}, label,
-                         difficulty_name=task_class(task).difficulty_name, fixed_depth=fixed_depth_label(arch, task))
+                         difficulty_name=task_class(drt.base(task)).difficulty_name,
+                         fixed_depth=fixed_depth_label(arch, drt.base(task)))
         plot_gates(gates.rows, results.rows, out / "gates.png", core="drt", name=lambda r: run_name(
             r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_"))
 
@@ -200,11 +201,11 @@ def _hop_table(graph: list[Group]) -> list[str]:
 
 # --- the spec ------------------------------------------------------------------------------------------------
 def recipes():
-    """configs/drt/{full,cpu}/<recipe>.yaml for every recipe in drt.TASKS."""
+    """configs/drt/{full,cpu}/<recipe>.yaml for every recipe in drt.TASKS (its CPU-study variants: cpu/ only)."""
     from ..models import build_model
 
     for scale in ("full", "cpu"):
-        for task in drt.TASKS:
+        for task in (t for t in drt.TASKS if scale == "cpu" or t not in drt.VARIANTS):  # variants: CPU study only
             params = build_model(drt.run_config(task, scale).model).parameter_counts()["total"]
             header = (f"# {drt.describe(task, scale)}; {params:,} parameters.\n"
                       f"# train.max_targets counts rows (one label per row): epochs x training rows.\n"
