@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .common import fail
+from .common import fail, stop_after_minutes
 
 
 def data_section(data: list[str] | None, heldout: list[str] | None) -> dict:
@@ -154,7 +154,8 @@ def add_commands(sub) -> None:
     p.add_argument("--strict", action="store_true", help="refuse to train when the data checks find a mismatch")
     p.add_argument("--out", help="results folder (default results/compare of the repository)")
     p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
-    p.add_argument("--stop-after", type=float, metavar="MINUTES", help="start no new run after this many minutes")
+    p.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
+                   help="start no new run after this many minutes (0: start none)")
     p.add_argument("--status", action="store_true", help="list the runs as done / failed / to do; trains nothing")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compare)

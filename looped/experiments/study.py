@@ -277,7 +277,7 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
     for key in plan:
         if results.has(**key):
             continue
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() >= deadline:  # >=: --stop-after 0 starts nothing
             results.reload()
             left = sum(not results.has(**k) for k in plan)
             log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
