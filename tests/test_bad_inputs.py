@@ -198,6 +198,7 @@ NAMED = [
     ("lm-eval {lm} --tasks wikitext --exit-threshold nan", "--exit-threshold must be"),
     ("lm-eval {lm} --tasks wikitext --exit-threshold 0.5", "has no early exit"),
     ("lm-eval {lm} --tasks wikitext --include-path {tmp}/missing", "--include-path"),
+    ("compare --status --out {tmp}/cmp --data {tmp}", "--data / --heldout: a folder, not a file"),  # "no such file"
     ("compare --status --out {tmp}/cmp --stop-after nan", "--stop-after"),  # NaN minutes: it never stopped
     ("compare --status --out {tmp}/cmp --stop-after -1", "--stop-after"),
 ]

@@ -35,7 +35,8 @@ def data_section(data: list[str] | None, heldout: list[str] | None) -> dict:
         return section
     missing = [path for path in [*data, *(heldout or [])] if not Path(path).expanduser().is_file()]
     if missing:
-        raise ValueError(f"--data / --heldout: no such file: {missing[0]}")
+        what = "a folder, not a file" if Path(missing[0]).expanduser().is_dir() else "no such file"
+        raise ValueError(f"--data / --heldout: {what}: {missing[0]}")
     if heldout:
         return {"corpus": "raw", "train_paths": list(data), "heldout_paths": list(heldout)}
     if len(data) > 1:
