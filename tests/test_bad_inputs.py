@@ -30,7 +30,8 @@ def _train(config: dict, out):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """{lm, rlt, drt, cfg, tmp}: three tiny trained runs, the LM's config file and a scratch folder."""
+    """{lm, rlt, drt, loop, ...}: tiny trained runs (loop: a shared_loop LM), the LM's config file, an empty config,
+    a copy of the LM with damaged weights and a scratch folder."""
     root = tmp_path_factory.mktemp("bad_inputs")
     corpus = write_text_corpus(root / "corpus.txt", 30_000)
     lm_config = tiny_run_config(corpus, train={**FEW_UPDATES, "batch_size": 2, "eval_batches": 1})
@@ -46,9 +47,12 @@ def runs(tmp_path_factory) -> dict:
     (root / "scratch").mkdir()
     (root / "empty.yaml").write_text("# nothing but a comment\n")
     lm = _train(lm_config, root / "lm")
+    loop_config = {**lm_config, "model": {**lm_config["model"], "arch": "shared_loop", "rounds": 2}}
+    loop_config["model"].pop("layers", None)
     return {"lm": str(lm), "rlt": str(_train(rlt_config, root / "rlt")),
             "drt": str(_train(drt_config, root / "drt")), "cfg": str(write_config(root / "lm.yaml", lm_config)),
-            "tmp": str(root / "scratch"), "empty": str(root / "empty.yaml"), "damaged": str(damaged_copy(lm))}
+            "tmp": str(root / "scratch"), "empty": str(root / "empty.yaml"), "damaged": str(damaged_copy(lm)),
+            "loop": str(_train(loop_config, root / "loop"))}
 
 
 def damaged_copy(run):
@@ -107,6 +111,7 @@ CASES = [
     "params no_such_arch",
     "params transformer --set model.dim=-1",
     "params transformer --set model.dim=nan",
+    "params transformer --set model=3",  # TypeError
     "params {tmp}/missing.yaml",
     # think
     "think {drt} --input ''",
@@ -165,12 +170,16 @@ CASES = [
     "reproduce clw --stop-after -5 --status --out {tmp}/study",
     "reproduce drt --stop-after nan --status --out {tmp}/study",
     "reproduce drt --archs no_such_arch --status --out {tmp}/study",
+    # a --set no planned run can take: every run was "skipped" and the study exited 0 having trained nothing
+    "reproduce drt --seeds 42 --set train=3 --out {tmp}/s2 --runs {tmp}/s2_runs --stop-after 0.001 --no-progress",
     # no such verb, no arguments
     "no_such_verb",
     "",
     # the sweep of session 15 (each was a traceback, a silent result or work started before the refusal)
     "train {cfg} --out {tmp}/t8 --set train.max_steps=0",  # trained 0 updates and exited 0
     "train {cfg} --out {tmp}/t9 --set train.max_targets=0",
+    "train {cfg} --out {tmp}/t10 --set train=3",  # TypeError (a section given a value)
+    "train {cfg} --out {tmp}/t11 --set model=transformer",
     "quickstart --task parity --out {tmp}/q1 --set train.max_steps=0",  # TypeError
     "params {empty}",  # an empty config: every default (the KJV model), silently
     "config show {empty}",
@@ -178,6 +187,9 @@ CASES = [
     "data show parity --n 1000000000000",  # MemoryError
     "lengths {rlt} --n 1000000000000",  # MemoryError
     "depth {drt} --max-factor 1e30 --out {tmp}/depth.json",  # OverflowError
+    "eval --no-progress {loop} --rounds 1000000000",  # an endless forward, silently
+    "generate {loop} --rounds 1000000000",
+    "lens {loop} --depth 1000000000",
     "push {damaged} me/x --dry-run {tmp}/staged",  # staged a damaged checkpoint and exited 0
     "bench train --batch 0 --out {tmp}/bench.json",  # RuntimeError deep in torch
     "bench ddp --procs 0 --out {tmp}/bench.json",  # ZeroDivisionError

@@ -241,7 +241,10 @@ def cmd_params(args) -> int:
     else:  # an architecture name with its defaults (+ --set model.x=...)
         from ..config import parse_overrides
 
-        model_config = get_arch(args.target).config(**parse_overrides(args.set).get("model", {}))
+        changes = parse_overrides(args.set).get("model", {})
+        if not isinstance(changes, dict):  # `--set model=3`
+            raise ValueError(f"model: expected a mapping, got {changes!r} (set a key inside it: model.dim=64)")
+        model_config = get_arch(args.target).config(**changes)
     if args.solve_ffn is not None:
         if args.solve_ffn < 1:
             raise ValueError(f"--solve-ffn: a parameter count must be >= 1, got {args.solve_ffn}")

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..data import heldout_batches
 from ..io import atomic_save_figure
+from ..models.base import MAX_ROUNDS_FACTOR
 from .lm import evaluate_lm, merge_scores
 from .progress import progress_bar
 
@@ -76,7 +77,7 @@ def trained_rounds(model) -> int:
     return rounds
 
 
-MAX_FACTOR = 100  # a sweep to 100 x the trained depth is already hours; 1e30 would overflow, not just be slow
+MAX_FACTOR = MAX_ROUNDS_FACTOR  # a sweep to 100 x the trained depth is already hours; 1e30 would overflow
 
 
 def check_sweep_options(max_factor: float, thresholds: Sequence[float]) -> None:

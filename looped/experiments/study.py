@@ -256,15 +256,20 @@ def parse_select(spec: StudySpec, given: Mapping[str, Iterable[str] | None], sca
 
 
 def runnable(study: Study, keys: list[dict], log) -> list[dict]:
-    """The keys whose run exists (a combination the architecture cannot take is logged and left out)."""
-    kept = []
+    """The keys whose run exists (a combination the architecture cannot take is logged and left out). When no
+    planned run can be built (a --set that fits none of them, `--set train=3`), that is an error, not a study that
+    trains nothing and exits 0."""
+    kept, first_error = [], None
     for key in keys:
         try:
             study.config(key)
         except ConfigError as err:
             log(f"== {run_label(key)} skipped ({err})")
+            first_error = first_error or err
             continue
         kept.append(key)
+    if first_error is not None and not kept:
+        raise ConfigError(f"no planned run can be built: {first_error}")
     return kept
 
 

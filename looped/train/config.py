@@ -163,7 +163,8 @@ QUICKSTART = {
 def one_budget(data: dict, changes: dict) -> dict:
     """An override of one training budget replaces the others (`--set train.max_steps=50` on a recipe that
     counts targets), unless the override sets several."""
-    changed = [key for key in BUDGETS if key in (changes.get("train") or {})]
+    train_changes = changes.get("train")  # `--set train=3` is left for from_dict to refuse in one line
+    changed = [key for key in BUDGETS if isinstance(train_changes, dict) and key in train_changes]
     if len(changed) != 1 or not isinstance(data.get("train"), dict):
         return data
     others = {key: None for key in BUDGETS if key != changed[0]}
