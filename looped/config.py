@@ -184,14 +184,17 @@ def merge(base: dict, extra: dict) -> dict:
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        beside = " (a run folder's config is RUN/config.yaml)" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"{path}: a folder, not a config file{beside}")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
         data = load_yaml_text(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    if data is None:
-        return {}
+    if data is None:  # an empty or comment-only file would silently train every default (KJV, 924k parameters)
+        raise ConfigError(f"{path}: empty config (no keys)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     return data

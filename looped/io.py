@@ -5,6 +5,7 @@ looped).
     atomic_write_text(path, text)              # text, fsynced
     write_json(path, data)                     # indented JSON, NaN refused
     atomic_save_figure(fig, path)              # a matplotlib figure, then closed
+    read_metrics(run / "metrics.jsonl", warn)  # the one reader of a run's metrics log (trainer, plots, studies)
 
 A reader never sees a half-written file, and a failed or killed write leaves the previous file in place.
 """
@@ -74,3 +75,33 @@ def atomic_save_figure(fig, path: Path, dpi: int = 120) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
+
+
+class MetricsError(ValueError):
+    """A run's metrics.jsonl cannot be read, or holds a damaged line before its end (one line, naming it)."""
+
+
+def read_metrics(path: Path, warn=None) -> list[dict]:
+    """The events of a metrics.jsonl. A torn last line (the process died mid-write: disk full, power loss) is
+    dropped, with a warning through `warn`; a damaged line before the end is an error naming file and line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        raise MetricsError(f"{path}: cannot read ({err.strerror or err})") from None
+    events = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            if not isinstance(event, dict) or not isinstance(event.get("step"), int):
+                raise ValueError("not a metrics event")
+        except ValueError:
+            if number == len(lines):
+                if warn is not None:
+                    warn(f"{path}: dropped a torn last line (line {number}: {line[:40]!r})")
+                break
+            raise MetricsError(f"{path}: line {number} is not a metrics event ({line[:40]!r})") from None
+        events.append(event)
+    return events

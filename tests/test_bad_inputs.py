@@ -30,7 +30,8 @@ def _train(config: dict, out):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """{lm, rlt, drt, cfg, tmp}: three tiny trained runs, the LM's config file and a scratch folder."""
+    """{lm, rlt, drt, loop, ...}: tiny trained runs (loop: a shared_loop LM), the LM's config file, an empty config,
+    a copy of the LM with damaged weights and a scratch folder."""
     root = tmp_path_factory.mktemp("bad_inputs")
     corpus = write_text_corpus(root / "corpus.txt", 30_000)
     lm_config = tiny_run_config(corpus, train={**FEW_UPDATES, "batch_size": 2, "eval_batches": 1})
@@ -44,9 +45,25 @@ def runs(tmp_path_factory) -> dict:
                            "test_per_bucket": 4},
                   "train": {**FEW_UPDATES, "batch_size": 4}}
     (root / "scratch").mkdir()
-    return {"lm": str(_train(lm_config, root / "lm")), "rlt": str(_train(rlt_config, root / "rlt")),
+    (root / "empty.yaml").write_text("# nothing but a comment\n")
+    lm = _train(lm_config, root / "lm")
+    loop_config = {**lm_config, "model": {**lm_config["model"], "arch": "shared_loop", "rounds": 2}}
+    loop_config["model"].pop("layers", None)
+    return {"lm": str(lm), "rlt": str(_train(rlt_config, root / "rlt")),
             "drt": str(_train(drt_config, root / "drt")), "cfg": str(write_config(root / "lm.yaml", lm_config)),
-            "tmp": str(root / "scratch")}
+            "tmp": str(root / "scratch"), "empty": str(root / "empty.yaml"), "damaged": str(damaged_copy(lm)),
+            "loop": str(_train(loop_config, root / "loop"))}
+
+
+def damaged_copy(run):
+    """A copy of `run` whose every model.safetensors is cut short (its manifest still records the whole file)."""
+    import shutil
+
+    copy = run.parent / "damaged"
+    shutil.copytree(run, copy)
+    for weights in copy.glob("checkpoints/*/model.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:100])
+    return copy
 
 
 # argv templates: {lm} {rlt} {drt} are run folders, {cfg} the LM's config file, {tmp} a scratch folder.
@@ -94,6 +111,7 @@ CASES = [
     "params no_such_arch",
     "params transformer --set model.dim=-1",
     "params transformer --set model.dim=nan",
+    "params transformer --set model=3",  # TypeError
     "params {tmp}/missing.yaml",
     # think
     "think {drt} --input ''",
@@ -152,9 +170,49 @@ CASES = [
     "reproduce clw --stop-after -5 --status --out {tmp}/study",
     "reproduce drt --stop-after nan --status --out {tmp}/study",
     "reproduce drt --archs no_such_arch --status --out {tmp}/study",
+    # a --set no planned run can take: every run was "skipped" and the study exited 0 having trained nothing
+    "reproduce drt --seeds 42 --set train=3 --out {tmp}/s2 --runs {tmp}/s2_runs --stop-after 0.001 --no-progress",
     # no such verb, no arguments
     "no_such_verb",
     "",
+    # the sweep of session 15 (each was a traceback, a silent result or work started before the refusal)
+    "train {cfg} --out {tmp}/t8 --set train.max_steps=0",  # trained 0 updates and exited 0
+    "train {cfg} --out {tmp}/t9 --set train.max_targets=0",
+    "train {cfg} --out {tmp}/t10 --set train=3",  # TypeError (a section given a value)
+    "train {cfg} --out {tmp}/t11 --set model=transformer",
+    "quickstart --task parity --out {tmp}/q1 --set train.max_steps=0",  # TypeError
+    "params {empty}",  # an empty config: every default (the KJV model), silently
+    "config show {empty}",
+    "data info {empty}",
+    "data show parity --n 1000000000000",  # MemoryError
+    "lengths {rlt} --n 1000000000000",  # MemoryError
+    "depth {drt} --max-factor 1e30 --out {tmp}/depth.json",  # OverflowError
+    "eval --no-progress {loop} --rounds 1000000000",  # an endless forward, silently
+    "generate {loop} --rounds 1000000000",
+    "lens {loop} --depth 1000000000",
+    "push {damaged} me/x --dry-run {tmp}/staged",  # staged a damaged checkpoint and exited 0
+    "bench train --batch 0 --out {tmp}/bench.json",  # RuntimeError deep in torch
+    "bench ddp --procs 0 --out {tmp}/bench.json",  # ZeroDivisionError
+    "bench scaling --pairs 0 --out {tmp}/bench.json",
+]
+
+# Bad inputs whose one line must also name the right thing (an earlier one-line error named the wrong one).
+NAMED = [
+    ("push {lm} me/x --dry-run /proc/looped/x", "cannot write /proc/looped/x"),  # named .x.tmp-XXXX
+    ("data show parity --seed -1", "--seed must be >= 0"),  # "expected non-negative integer"
+    ("params {lm}", "a folder, not a config file (a run folder's config is RUN/config.yaml)"),  # "unknown arch"
+    ("data info {lm}", "a folder, not a config file"),  # "config file not found" of a folder that exists
+    # lm-eval's options reached its task loading (a download error, or a hang) before they were refused
+    ("lm-eval {lm} --tasks wikitext --limit nan", "--limit must be"),
+    ("lm-eval {lm} --tasks wikitext --limit -1", "--limit must be"),
+    ("lm-eval {lm} --tasks wikitext --num-fewshot -1", "--num-fewshot must be >= 0"),
+    ("lm-eval {lm} --tasks wikitext --rounds 0", "fixed depth"),
+    ("lm-eval {lm} --tasks wikitext --exit-threshold nan", "--exit-threshold must be"),
+    ("lm-eval {lm} --tasks wikitext --exit-threshold 0.5", "has no early exit"),
+    ("lm-eval {lm} --tasks wikitext --include-path {tmp}/missing", "--include-path"),
+    ("compare --status --out {tmp}/cmp --data {tmp}", "--data / --heldout: a folder, not a file"),  # "no such file"
+    ("compare --status --out {tmp}/cmp --stop-after nan", "--stop-after"),  # NaN minutes: it never stopped
+    ("compare --status --out {tmp}/cmp --stop-after -1", "--stop-after"),
 ]
 
 
@@ -173,6 +231,24 @@ def test_a_bad_input_is_one_line_and_a_failure(template, runs, capsys):
     errors = [line for line in err if line.startswith("looped: error:")]
     assert len(errors) == 1 and not any("Traceback" in line for line in err), err
     assert all(line.startswith("looped: ") for line in err), err  # notes allowed, nothing else
+
+
+@pytest.mark.parametrize("template, named", NAMED)
+def test_a_bad_input_is_named_in_its_one_line(template, named, runs, capsys):
+    import shlex
+
+    code, err = run_cli(shlex.split(template.format(**runs)), capsys)
+    assert code != 0 and len(err) == 1 and named in err[0], err
+    assert ".tmp-" not in err[0], err  # never a temporary file of ours
+
+
+@pytest.mark.parametrize("extra", [["--sample-bytes", "-1"], ["--prompt", ""], ["--record", "/proc/looped/x.json"]])
+def test_the_quickstart_refuses_a_bad_sample_or_record_before_training(extra, tmp_path, capsys):
+    """These used to fail only after the quickstart's minutes of training (or silently at the end)."""
+    out = tmp_path / "qs"
+    code, err = run_cli(["quickstart", "--out", str(out), "--set", "train.max_steps=1", *extra], capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("looped: error:"), err
+    assert not out.exists(), "training started before the bad option was refused"
 
 
 def test_every_error_class_of_the_library_is_a_one_line_error():

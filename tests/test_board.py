@@ -65,8 +65,11 @@ def test_an_absent_corpus_skips_its_suite_with_the_reason(tmp_path, monkeypatch)
                                                  "heldout_fraction": 0.05})
     study = board_study.BoardStudy(tmp_path / "out", tmp_path / "runs")
     messages = []
-    kept = engine.runnable(study, [{"seed": 1, "task": "enwik8", "family": "lstm"}], messages.append)
-    assert kept == [] and "gone is absent here" in messages[0], messages
+    enwik8, kjv = {"seed": 1, "task": "enwik8", "family": "lstm"}, {"seed": 1, "task": "kjv", "family": "lstm"}
+    kept = engine.runnable(study, [enwik8, kjv], messages.append)
+    assert kept == [kjv] and "gone is absent here" in messages[0], messages
+    with pytest.raises(ConfigError, match="no planned run can be built: .*gone is absent here"):
+        engine.runnable(study, [enwik8], messages.append)  # nothing left to train is an error, not a silent exit 0
 
 
 def _rows(table: ResultTable, task: str, family: str, scores, **extra) -> None:

@@ -137,6 +137,25 @@ def test_pending_runs_skips_done_runs_and_starts_none_after_the_deadline(tmp_pat
     assert messages == ["stopping: --stop-after 1 minutes reached, 2 run(s) left to do"]
 
 
+def test_stop_after_zero_starts_no_run_and_the_command_line_accepts_it(tmp_path, monkeypatch):
+    """`--stop-after 0` means "start nothing new" (a script with no time left still rewrites the report); it was
+    refused by the command line, and the deadline test (`>`) let a run start when the clock had not moved."""
+    table = clw_study.results_table(tmp_path)
+    plan = engine.plan_keys(engine.get_study("clw"), "cpu", {"seed": (11,), "corpus": ("enwik8",), "row": ("plain",)})
+    monkeypatch.setattr(engine.time, "monotonic", lambda: 100.0)  # a clock that has not moved since the start
+    messages = []
+    assert list(engine.pending_runs(plan, table, stop_after=0, log=messages.append)) == []
+    assert messages == ["stopping: --stop-after 0 minutes reached, 1 run(s) left to do"]
+
+    from looped.cli import main
+
+    called = {}
+    monkeypatch.setattr(engine, "run_study", lambda spec, out, runs, **options: called.update(options))
+    (tmp_path / "table.md").write_text("the table\n")
+    assert main(["reproduce", "clw", "--out", str(tmp_path), "--stop-after", "0", "--no-progress"]) == 0
+    assert called["stop_after"] == 0
+
+
 def test_two_processes_share_a_study_without_losing_rows_or_training_a_run_twice(tmp_path):
     """Two `looped reproduce` processes on one results folder: each ResultTable is loaded before the other
     writes, yet neither drops the other's rows, and a run one of them has claimed is skipped by the other

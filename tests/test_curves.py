@@ -6,6 +6,7 @@ import pytest
 
 from looped.cli import main
 from looped.eval.curves import CurveError, plot_runs, series
+from looped.io import MetricsError
 
 
 def write_run(folder, losses, val, accuracy_key=None):
@@ -61,13 +62,13 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         assert needle in err and len(err.splitlines()) == 1, err
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\nnot json\n{"step": 2, "loss": 1}\n')
-    with pytest.raises(CurveError, match="metrics.jsonl:2: not a JSON line"):
+    with pytest.raises(MetricsError, match="metrics.jsonl: line 2 is not a metrics event"):  # the trainer's reader
         plot_runs([tmp_path / "bad"], tmp_path / "y.png")
     # a torn last line (a live run mid-write, or a kill) is skipped with a note, not an error
     (tmp_path / "torn").mkdir()
     (tmp_path / "torn" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\n{"st')
     plot_runs([tmp_path / "torn"], tmp_path / "z.png")
-    assert "skipped a torn last line" in capsys.readouterr().err
+    assert "looped: note: " in (err := capsys.readouterr().err) and "dropped a torn last line" in err
 
 
 def write_config(folder, **task):

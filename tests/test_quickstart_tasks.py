@@ -4,6 +4,7 @@ validation report, the ETA line and a Ctrl-C hint that resumes the command the u
 from __future__ import annotations
 
 import dataclasses
+import types
 import json
 import signal
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_ctrl_c_in_the_text_quickstart_names_the_quickstart(tmp_path, monkeypatc
     code = main(["quickstart", "--out", str(out), "--no-progress", "--set", "train.max_steps=3"])
     captured = capsys.readouterr()
     assert code == 130 and f"continue with: looped quickstart --out {out} --set train.max_steps=3" in captured.err
-    assert captured.out.startswith("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA")
+    assert captured.out.startswith("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; here at")
 
 
 def test_parity_quickstart_prints_eta_first_then_the_table_and_records_the_result(tmp_path, monkeypatch, capsys):
@@ -166,14 +167,33 @@ def test_unknown_task_is_one_line(capsys):
 
 def test_eta_states_the_idle_condition_and_scales_with_the_load(monkeypatch):
     idle = quick.eta_line("(KJV bytes)", 5, 14, threads=2, load=0.0, cores=2)
-    assert idle == ("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; ETA here ~5 min "
-                    "(2 torch thread(s), load average 0.0 on 2 core(s))")
-    assert "ETA here ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
-    # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core
-    assert "ETA here ~3 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)  # 2 idle x 1.5
+    assert idle == ("quickstart (KJV bytes): ~5 min on 2 idle cores; with one thread ~14; here at least ~5 min "
+                    "(load average 0.0 on 2 core(s), 2 torch thread(s): a guess that assumes an even share of the "
+                    "cores; the time measured here follows the first evaluation)")
+    assert "here at least ~14 min" in quick.eta_line("(KJV bytes)", 5, 14, threads=1, load=0.0, cores=2)
+    # two other busy threads on 2 cores: a one-thread run gets ~2/3 of a core at best
+    assert "here at least ~3 min" in quick.task_eta_line("parity", threads=1, load=2.0, cores=2)  # 2 idle x 1.5
     monkeypatch.setattr(quick, "QUICK_RECIPES", {**quick.QUICK_RECIPES, "logic": dataclasses.replace(
         quick.QUICK_RECIPES["logic"], idle_minutes=None)})
     assert quick.task_eta_line("logic", threads=1).endswith("its time is not measured yet")
+
+
+def test_after_the_first_evaluation_the_eta_is_measured_from_the_run_itself(monkeypatch):
+    """Session 14: the load rule was ~3x optimistic when jobs of higher priority shared the cores. The quickstart
+    now follows its first evaluation with the time left at the rate this call actually trained at."""
+    clock = iter([0.0, 120.0])  # the trainer's start line at 0 s, the first evaluation 2 minutes later
+    monkeypatch.setattr(quick.time, "perf_counter", lambda: next(clock))
+    printed = []
+    log = quick.MeasuredEta(printed.append)
+    log.trainer = types.SimpleNamespace(step=100, total_steps=900)  # resumed at update 100 of 900
+    log("training rlt (14,188 parameters) on parity ...")
+    log.trainer.step = 250
+    log("val @250: accuracy 0.55 (chance 0.50)")
+    log("val @400: accuracy 0.60 (chance 0.50)")  # one measured line only
+    # (250 - 100) updates in 2 min = 75 updates/min; 650 left = ~9 min
+    assert printed[1:] == ["val @250: accuracy 0.55 (chance 0.50)",
+                           "ETA measured here: ~9 min left for this run (75 updates/min since update 100)",
+                           "val @400: accuracy 0.60 (chance 0.50)"]
 
 
 def test_graph_verdict_counts_the_hops_each_budget_solves():

@@ -66,11 +66,38 @@ def replot(args: argparse.Namespace) -> int:
     return 0
 
 
+# Integer options of a benchmark are counts (steps, batch, dim, procs, ...): >= 1, except these. A 0 or negative
+# count would otherwise fail deep inside (a ZeroDivisionError) or time nothing and report it.
+COUNT_MINIMUM = {"seed": None, "warmup": 0}
+
+
+def at_least(minimum: int):
+    """An argparse type: an integer >= minimum."""
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return count
+
+
+def require_counts(parser: argparse.ArgumentParser) -> None:
+    """Give every plain-int option of a benchmark's parser the count check above (its default is untouched)."""
+    for action in parser._actions:  # argparse keeps a parser's options here; there is no public accessor
+        minimum = COUNT_MINIMUM.get(action.dest, 1)
+        if action.type is int and minimum is not None:
+            action.type = at_least(minimum)
+
+
 def add_arguments(subparsers) -> None:
     """Add one sub-command per benchmark to `subparsers`, each with `func` set to its runner, and `replot`."""
     for name, bench in BENCHES.items():
         parser = subparsers.add_parser(name, help=bench.help, description=bench.help)
         bench.add_arguments(parser)
+        require_counts(parser)
         parser.set_defaults(func=bench.main)
     parser = subparsers.add_parser("replot", help="draw a benchmark's JSON record again (no measuring)")
     parser.add_argument("name", choices=[n for n, b in BENCHES.items() if b.plot is not None])

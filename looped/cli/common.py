@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import warnings
@@ -24,9 +25,30 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def stop_after_minutes(text: str) -> float:
+    """--stop-after's value: minutes >= 0; 0 starts no new run (a script with no time left rewrites the report
+    only). A negative number or NaN is refused: NaN would never stop, a negative number would look like 0."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (minutes >= 0 and math.isfinite(minutes)):
+        raise argparse.ArgumentTypeError(f"expected minutes >= 0 (0: start no new run), got {text!r}")
+    return minutes
+
+
 def add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set train.max_steps=100 (repeatable)")
+
+
+def names_a_config(target: str) -> bool:
+    """`looped params` / `config show` TARGET: a config file (or a folder given by mistake, refused in one line by
+    name) rather than an architecture name; a registered architecture wins over a folder of the same name."""
+    from ..models import arch_names
+
+    path = Path(target)
+    return target.endswith((".yaml", ".yml")) or path.is_file() or (path.is_dir() and target not in arch_names())
 
 
 def print_json(result: dict, out: str | None = None) -> None:
@@ -80,7 +102,13 @@ def user_error_types() -> tuple[type, ...]:
     from ..train.trainer import TrainingError
 
     return (ValueError, OSError, TrainingError, RunFolderError, HubError, MissingExtra, TrackingError,
-            torch.OutOfMemoryError)
+            torch.OutOfMemoryError, MemoryError)
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """A request too big for this machine (`data show parity --n 1000000000000`, a huge batch): Python's or numpy's
+    MemoryError, or torch's CPU allocator refusing (a RuntimeError that says so)."""
+    return isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and "DefaultCPUAllocator" in str(err))
 
 
 def describe(err: BaseException) -> str:
@@ -88,7 +116,8 @@ def describe(err: BaseException) -> str:
     if isinstance(err, OSError) and err.strerror:  # without "[Errno N]"; looped's own carry the path inside
         return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    line = text.splitlines()[0] if text else type(err).__name__
+    return f"not enough memory for this request ({line}): ask for less" if out_of_memory(err) else line
 
 
 def check_output(path: Path) -> None:
@@ -113,12 +142,13 @@ def run_command(args: argparse.Namespace) -> int:
     """Call the parsed command: user errors become one stderr line and a non-zero exit (LOOPED_DEBUG=1 shows the
     traceback); a bug keeps its traceback; Ctrl-C outside training ends quietly with status 130."""
     try:
-        if getattr(args, "out", None):  # every command's --out (a file or a run / results folder)
-            check_output(Path(args.out))
+        for name in ("out", "record", "dry_run"):  # every command's outputs: a file or a run / results folder
+            if getattr(args, name, None):
+                check_output(Path(getattr(args, name)))
         return args.func(args) or 0
     except KeyboardInterrupt:
         return fail("interrupted", 130)
     except Exception as err:
-        if os.environ.get("LOOPED_DEBUG") or not isinstance(err, user_error_types()):
+        if os.environ.get("LOOPED_DEBUG") or not (isinstance(err, user_error_types()) or out_of_memory(err)):
             raise
         return fail(describe(err), getattr(err, "exit_code", 2))

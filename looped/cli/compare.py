@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .common import fail
+from .common import fail, stop_after_minutes
 
 
 def data_section(data: list[str] | None, heldout: list[str] | None) -> dict:
@@ -35,7 +35,8 @@ def data_section(data: list[str] | None, heldout: list[str] | None) -> dict:
         return section
     missing = [path for path in [*data, *(heldout or [])] if not Path(path).expanduser().is_file()]
     if missing:
-        raise ValueError(f"--data / --heldout: no such file: {missing[0]}")
+        what = "a folder, not a file" if Path(missing[0]).expanduser().is_dir() else "no such file"
+        raise ValueError(f"--data / --heldout: {what}: {missing[0]}")
     if heldout:
         return {"corpus": "raw", "train_paths": list(data), "heldout_paths": list(heldout)}
     if len(data) > 1:
@@ -154,7 +155,8 @@ def add_commands(sub) -> None:
     p.add_argument("--strict", action="store_true", help="refuse to train when the data checks find a mismatch")
     p.add_argument("--out", help="results folder (default results/compare of the repository)")
     p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
-    p.add_argument("--stop-after", type=float, metavar="MINUTES", help="start no new run after this many minutes")
+    p.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
+                   help="start no new run after this many minutes (0: start none)")
     p.add_argument("--status", action="store_true", help="list the runs as done / failed / to do; trains nothing")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compare)

@@ -10,15 +10,14 @@ config. A value that differs from the key's default says the default too.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from .common import add_set
+from .common import add_set, names_a_config
 
 
 def cmd_config_show(args) -> int:
     from ..train.config import arch_run_config, describe_config, load_run_config
 
-    is_file = args.target.endswith((".yaml", ".yml")) or Path(args.target).is_file()
+    is_file = names_a_config(args.target)
     config = load_run_config(args.target, args.set) if is_file else arch_run_config(args.target, args.set)
     print(f"# {args.target}: every key, its value and what it does")
     print(format_rows(describe_config(config)))

@@ -67,13 +67,18 @@ def split_findings(data_config, streams) -> list[dict]:
     return [dataclasses.asdict(f) for f in findings]
 
 
+MAX_SHOWN = 10_000  # examples `data show` prints; 1e12 would be a memory error, not a listing
+
+
 def show_examples(name: str, n: int = 3, difficulty: int | None = None, hard_negatives: bool = False,
                   seed: int = 0, decued: bool = False) -> list[str]:
     """`n` rendered examples of data task `name` (of `difficulty`, or of its training mix)."""
     from ..data.tasks import get_task, rng_for
 
-    if n < 1:
-        raise ValueError(f"--n must be >= 1, got {n}")
+    if not 1 <= n <= MAX_SHOWN:
+        raise ValueError(f"--n must be between 1 and {MAX_SHOWN:,} (examples to print), got {n}")
+    if seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {seed}")
     if hard_negatives and name not in ("graph", "graph_hard"):
         raise ValueError("--hard-negatives applies to the graph task only")
     if decued and name != "family":

@@ -58,8 +58,10 @@ def train_rows(task: str, out: Path, overrides: dict, args) -> dict:
         folder = quick.row_folder(out, row)
         if not ckpt.run_finished(folder):
             print(f"--- {row} ({folder})")
-            Trainer(config, folder, resume="auto", progress=not args.no_progress,
-                    resume_command=resume_command(args, out)).run()
+            log = quick.MeasuredEta()
+            log.trainer = Trainer(config, folder, resume="auto", progress=not args.no_progress, log=log,
+                                  resume_command=resume_command(args, out))
+            log.trainer.run()
         configs[row] = config
     return configs
 

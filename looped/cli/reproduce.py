@@ -13,21 +13,10 @@ option. A study registered by a plugin gets its sub-command the same way.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from ..experiments import study as engine
-
-
-def positive_minutes(text: str) -> float:
-    """--stop-after's value: minutes > 0 (0, a negative number or NaN would start nothing, silently)."""
-    try:
-        minutes = float(text)
-    except ValueError:
-        minutes = math.nan
-    if not (minutes > 0 and math.isfinite(minutes)):
-        raise argparse.ArgumentTypeError(f"expected minutes > 0, got {text!r}")
-    return minutes
+from .common import stop_after_minutes
 
 
 def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -> None:
@@ -47,8 +36,9 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
                         help="train again each finished run that owes a score added later (a backfill) and whose "
                              "run folder is gone, check it reproduces its results.csv row, then score it; trains "
                              "no other run (--status counts them)")
-    parser.add_argument("--stop-after", type=positive_minutes, metavar="MINUTES",
-                        help="start no new run after this many minutes (the run in progress finishes)")
+    parser.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
+                        help="start no new run after this many minutes (the run in progress finishes; 0: start "
+                             "none)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
     for axis in spec.axes:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..io import atomic_write_text
 from ..train.checkpoint import resolve_checkpoint
 from ..train.config import QUICKSTART
-from .common import add_set, print_json
+from .common import add_set, names_a_config, print_json
 
 # --- commands -------------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
@@ -235,13 +235,16 @@ def cmd_params(args) -> int:
     from ..train import load_run_config
 
     run_config = None
-    if args.target.endswith((".yaml", ".yml")) or Path(args.target).is_file():
+    if names_a_config(args.target):
         run_config = load_run_config(args.target, args.set)
         model_config = run_config.model
     else:  # an architecture name with its defaults (+ --set model.x=...)
         from ..config import parse_overrides
 
-        model_config = get_arch(args.target).config(**parse_overrides(args.set).get("model", {}))
+        changes = parse_overrides(args.set).get("model", {})
+        if not isinstance(changes, dict):  # `--set model=3`
+            raise ValueError(f"model: expected a mapping, got {changes!r} (set a key inside it: model.dim=64)")
+        model_config = get_arch(args.target).config(**changes)
     if args.solve_ffn is not None:
         if args.solve_ffn < 1:
             raise ValueError(f"--solve-ffn: a parameter count must be >= 1, got {args.solve_ffn}")
@@ -306,6 +309,14 @@ def cmd_quickstart(args) -> int:
     return text_quickstart(args)
 
 
+def check_sample_options(args) -> None:
+    """The text quickstart's sample: a prompt of at least one byte and a length >= 0."""
+    if not args.prompt:
+        raise ValueError("--prompt: the sample needs a prompt of at least one character")
+    if args.sample_bytes < 0:
+        raise ValueError(f"--sample-bytes must be >= 0, got {args.sample_bytes}")
+
+
 def text_quickstart(args) -> int:
     import torch
 
@@ -316,17 +327,20 @@ def text_quickstart(args) -> int:
     from ..infer import decode_byte_text, encode_byte_text, generate
     from ..train import RunConfig, Trainer, load_model
     from ..train import checkpoint as ckpt
-    from ..experiments.quickstart import eta_line
+    from ..experiments.quickstart import MeasuredEta, eta_line
     from .quickstart import default_out, overrides, resume_command
 
     config = from_dict(RunConfig, merge(QUICKSTART, overrides(args)))
+    check_sample_options(args)  # before minutes of training, not after them
     out = default_out(args)
     threads = config.train.threads or torch.get_num_threads()
     print(eta_line("(KJV bytes)", *TEXT_QUICKSTART_MINUTES, threads))
     start = time.perf_counter()
     if not ckpt.run_finished(out):
-        Trainer(config, out, resume="auto", progress=not args.no_progress,
-                resume_command=resume_command(args, out)).run()
+        log = MeasuredEta()
+        log.trainer = Trainer(config, out, resume="auto", progress=not args.no_progress, log=log,
+                              resume_command=resume_command(args, out))
+        log.trainer.run()
     model, config = load_model(resolve_checkpoint(str(out)))
     streams = load_streams(config.data)
     result = evaluate_lm(model, to_blocks(streams.heldout, config.data.block_size, name="kjv held-out"),

@@ -13,12 +13,11 @@ and a metric with a single value per run (a run that evaluated once) is a table 
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-from ..io import atomic_save_figure
+from ..io import atomic_save_figure, read_metrics
 from .plot_labels import describe_run, y_label
 
 # Shown when --metrics is not given: the training loss, the held-out loss, and the first headline score present.
@@ -34,22 +33,13 @@ class CurveError(ValueError):
     """Bad input to `looped plot` (one line, naming the run or metric)."""
 
 
-def read_metrics(run: Path) -> list[dict]:
-    """The JSON lines of run/metrics.jsonl (a run folder, or the file itself)."""
+def run_metrics(run: Path) -> list[dict]:
+    """The events of run/metrics.jsonl (a run folder, or the file itself), read as the trainer reads them (a torn
+    last line, a live run mid-write, is skipped with a note); a missing or empty log is an error naming the run."""
     path = run / "metrics.jsonl" if run.is_dir() else run
     if not path.is_file():
         raise CurveError(f"{run}: no metrics.jsonl (not a run folder)")
-    lines = []
-    texts = path.read_text().splitlines()
-    for number, text in enumerate(texts, 1):
-        if text.strip():
-            try:
-                lines.append(json.loads(text))
-            except json.JSONDecodeError:
-                if number == len(texts):  # torn by a kill, or being written by a live run: skip it
-                    print(f"looped: note: {path}: skipped a torn last line", file=sys.stderr)
-                    continue
-                raise CurveError(f"{path}:{number}: not a JSON line") from None
+    lines = read_metrics(path, warn=lambda message: print(f"looped: note: {message}", file=sys.stderr))
     if not lines:
         raise CurveError(f"{path}: empty")
     return lines
@@ -126,7 +116,7 @@ def curves_figure(runs: list[Path], *, metrics: list[str] | None = None, x: str 
         raise CurveError(f"--smooth must be in [0, 1), got {smooth}")
     if labels is not None and len(labels) != len(runs):
         raise CurveError(f"--labels: {len(labels)} labels for {len(runs)} runs")
-    data = dict(zip(labels or labels_for(runs), (read_metrics(Path(r)) for r in runs)))
+    data = dict(zip(labels or labels_for(runs), (run_metrics(Path(r)) for r in runs)))
     if len(data) != len(runs):
         raise CurveError("--labels: two runs have the same label")
     metrics = metrics or default_metrics(data)

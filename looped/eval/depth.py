@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..data import heldout_batches
 from ..io import atomic_save_figure
+from ..models.base import MAX_ROUNDS_FACTOR
 from .lm import evaluate_lm, merge_scores
 from .progress import progress_bar
 
@@ -76,9 +77,12 @@ def trained_rounds(model) -> int:
     return rounds
 
 
+MAX_FACTOR = MAX_ROUNDS_FACTOR  # a sweep to 100 x the trained depth is already hours; 1e30 would overflow
+
+
 def check_sweep_options(max_factor: float, thresholds: Sequence[float]) -> None:
-    if not (math.isfinite(max_factor) and max_factor > 0):
-        raise ValueError(f"--max-factor must be a positive number, got {max_factor}")
+    if not (math.isfinite(max_factor) and 0 < max_factor <= MAX_FACTOR):
+        raise ValueError(f"--max-factor must be a positive number up to {MAX_FACTOR}, got {max_factor}")
     for threshold in thresholds:
         if not threshold >= 0:
             raise ValueError(f"--exit-threshold must be >= 0, got {threshold}")

@@ -291,15 +291,20 @@ def parse_select(spec: StudySpec, given: Mapping[str, Iterable[str] | None], sca
 
 
 def runnable(study: Study, keys: list[dict], log) -> list[dict]:
-    """The keys whose run exists (a combination the architecture cannot take is logged and left out)."""
-    kept = []
+    """The keys whose run exists (a combination the architecture cannot take is logged and left out). When no
+    planned run can be built (a --set that fits none of them, `--set train=3`), that is an error, not a study that
+    trains nothing and exits 0."""
+    kept, first_error = [], None
     for key in keys:
         try:
             study.config(key)
         except ConfigError as err:
             log(f"== {run_label(key)} skipped ({err})")
+            first_error = first_error or err
             continue
         kept.append(key)
+    if first_error is not None and not kept:
+        raise ConfigError(f"no planned run can be built: {first_error}")
     return kept
 
 
@@ -312,7 +317,7 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
     for key in plan:
         if results.has(**key):
             continue
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() >= deadline:  # >=: --stop-after 0 starts nothing
             results.reload()
             left = sum(not results.has(**k) for k in plan)
             log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")

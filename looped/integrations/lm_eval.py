@@ -143,11 +143,17 @@ def sweep(run: str, tasks: list[str], *, rounds: list[int | None], which: str | 
 
     from ..train.pretrained import from_pretrained, resolve
 
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    check_options(batch_size=batch_size, exit_threshold=exit_threshold, limit=limit, num_fewshot=num_fewshot,
+                  include_path=include_path)
     checkpoint = resolve(run, which)
     model, config = from_pretrained(checkpoint)
     check_text_model(run, config)
+    for r in rounds:  # before lm-eval loads any task: a fixed-depth model or rounds 0 is refused here, not after
+        model.resolve_rounds(r)
+    if exit_threshold is not None:  # one token through the rule: a model without early exit refuses it itself
+        with torch.no_grad():
+            token = torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
+            model.forward_early_exit(token, exit_threshold, rounds=rounds[0])
     manager = TaskManager(include_path=str(Path(include_path)) if include_path else None,
                           include_defaults=default_tasks)
     check_task_names(tasks, manager)
@@ -159,6 +165,22 @@ def sweep(run: str, tasks: list[str], *, rounds: list[int | None], which: str | 
         by_rounds[str(r if r is not None else "trained")] = _finite(out["results"])
     return {"checkpoint": str(checkpoint), "tasks": list(tasks), "exit_threshold": exit_threshold,
             "limit": limit, "results": by_rounds}
+
+
+def check_options(*, batch_size: int, exit_threshold: float | None, limit: float | None, num_fewshot: int | None,
+                  include_path: str | None) -> None:
+    """The numeric and path options, refused in one line before the checkpoint and lm-eval's tasks are loaded (a
+    NaN limit or a negative few-shot count would otherwise fail, or hang, deep inside the harness)."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    if exit_threshold is not None and not (math.isfinite(exit_threshold) and exit_threshold >= 0):
+        raise ValueError(f"--exit-threshold must be a number >= 0, got {exit_threshold}")
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise ValueError(f"--limit must be a document count or a fraction > 0, got {limit}")
+    if num_fewshot is not None and num_fewshot < 0:
+        raise ValueError(f"--num-fewshot must be >= 0, got {num_fewshot}")
+    if include_path is not None and not Path(include_path).is_dir():
+        raise ValueError(f"--include-path {include_path}: no such folder")
 
 
 def check_text_model(run: str, config) -> None:

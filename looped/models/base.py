@@ -25,6 +25,10 @@ from torch import nn
 from .trace import RoundTrace, no_trace
 
 
+# Test-time depth beyond this many times the trained one is refused (as `looped depth --max-factor` is capped).
+MAX_ROUNDS_FACTOR = 100
+
+
 @dataclass
 class LMConfig:
     """Fields shared by every byte-level LM config; subclasses add their own and call super().validate()."""
@@ -161,6 +165,9 @@ class CausalLM(nn.Module):
             raise ValueError(f"{self.arch_name} has a fixed depth; `rounds` is not supported")
         if rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
+        if rounds > MAX_ROUNDS_FACTOR * self.default_rounds:  # `--rounds 1000000000` ran for ever, silently
+            raise ValueError(f"rounds {rounds} is more than {MAX_ROUNDS_FACTOR} x the trained depth "
+                             f"({self.default_rounds}); `looped depth` sweeps up to that")
         return int(rounds)
 
     def parameter_components(self) -> dict[str, list[str]]:

@@ -75,8 +75,9 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"train.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if any((getattr(self, name) or 1) < 1 for name in BUDGETS):
-            raise ValueError("train.max_steps / train.max_targets / train.max_flops must be >= 1")
+        for name in BUDGETS:  # 0 is not "unset": it would train nothing and report an untrained model as done
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.init_from is not None and not self.init_from.strip():
             raise ValueError("train.init_from: an empty path (leave the key out to start from random weights)")
         for name in ("eval_every", "eval_batches", "checkpoint_every"):
@@ -162,7 +163,8 @@ QUICKSTART = {
 def one_budget(data: dict, changes: dict) -> dict:
     """An override of one training budget replaces the others (`--set train.max_steps=50` on a recipe that
     counts targets), unless the override sets several."""
-    changed = [key for key in BUDGETS if key in (changes.get("train") or {})]
+    train_changes = changes.get("train")  # `--set train=3` is left for from_dict to refuse in one line
+    changed = [key for key in BUDGETS if isinstance(train_changes, dict) and key in train_changes]
     if len(changed) != 1 or not isinstance(data.get("train"), dict):
         return data
     others = {key: None for key in BUDGETS if key != changed[0]}

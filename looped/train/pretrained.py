@@ -143,7 +143,7 @@ def push(run: str, repo_id: str, *, which: str | None = None, private: bool = Fa
     if api is None:
         hub.require_token()  # ... and a token there, before any network call
     checkpoint = resolve(run, which)
-    ckpt.read_config(checkpoint)  # refuse an incomplete folder before uploading anything
+    ckpt.load_model(checkpoint)  # refuse an incomplete or damaged folder before uploading anything
     with tempfile.TemporaryDirectory(prefix="looped-push-") as tmp:
         files = stage(checkpoint, Path(tmp), repo_id, with_trainer)
         url = hub.upload_folder(Path(tmp), repo_id, private=private, revision=revision, api=api)
@@ -157,8 +157,12 @@ def dry_run_push(run: str, repo_id: str, folder: Path, *, which: str | None, wit
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"--dry-run {folder}: choose a new or empty folder (it would mix two stagings)")
     checkpoint = resolve(run, which)
-    ckpt.read_config(checkpoint)
-    staged = Path(tempfile.mkdtemp(dir=ensure_dir(folder.absolute().parent), prefix=f".{folder.name}.tmp-"))
+    ckpt.load_model(checkpoint)  # what a real push would refuse (a damaged or non-finite file), this one refuses
+    try:
+        parent = ensure_dir(folder.absolute().parent)
+        staged = Path(tempfile.mkdtemp(dir=parent, prefix=f".{folder.name}.tmp-"))
+    except OSError as err:  # name the folder asked for, not the temporary one beside it
+        raise OSError(err.errno, f"--dry-run {folder}: cannot write there ({err.strerror})") from None
     try:
         files = stage(checkpoint, staged, repo_id, with_trainer)
         staged.replace(folder)  # onto a missing or empty folder: one rename

@@ -11,15 +11,16 @@ holder's pid, only to name it in the refusal.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+from ..io import read_metrics  # noqa: F401  (one reader of metrics.jsonl, for the trainer and the plots)
 
 LOCK_NAME = ".run.lock"
 
 
 class RunFolderError(RuntimeError):
-    """The run folder is in use, holds another run, or its metrics log is damaged."""
+    """The run folder is in use or holds another run (a damaged metrics log is io.MetricsError)."""
 
 
 class RunLock:
@@ -70,29 +71,3 @@ def existing_run(folder: Path) -> str | None:
         found = [p for p in checkpoints.iterdir() if ckpt.is_checkpoint(p)]
         return f"checkpoints/{found[0].name}" if found else "checkpoints/"
     return None
-
-
-def read_metrics(path: Path, warn=None) -> list[dict]:
-    """The events of a metrics.jsonl. A torn last line (the process died mid-write: disk full, power loss) is
-    dropped, with a warning through `warn`; a damaged line before the end is an error naming file and line."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as err:
-        raise RunFolderError(f"{path}: cannot read ({err.strerror or err})") from None
-    events = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-            if not isinstance(event, dict) or not isinstance(event.get("step"), int):
-                raise ValueError("not a metrics event")
-        except ValueError:
-            if number == len(lines):
-                if warn is not None:
-                    warn(f"{path}: dropped a torn last line (line {number}: {line[:40]!r})")
-                break
-            raise RunFolderError(f"{path}: line {number} is not a metrics event ({line[:40]!r})") from None
-        events.append(event)
-    return events
