@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import copy
 
+from ..eval.sequence import algorithmic_task
+
 # --- rows -------------------------------------------------------------------------------------------------
 # name -> (label, model fields at the full shape); the CPU shape halves the layer counts
 ROWS: dict[str, tuple[str, dict]] = {
@@ -75,12 +77,22 @@ TASKS: dict[str, dict] = {
     "s5_standard": {"name": "s5", "variant": "standard"},
 }
 STUDY_TASKS = ("parity", "s5_swaps", "mod5_flat", "mod5_bracketed", "addition", "s5_standard")
+
+
+def data_task(task: str):
+    """The algorithmic task of study task `task` (s5_swaps: s5, variant swaps): its facts (headline metric, chance,
+    test grid) live on the task class."""
+    return algorithmic_task(TASKS[task]["name"], TASKS[task].get("variant"))
+
+
+def primary_metric(task: str) -> str:
+    """The headline metric of a study task (Appendix J.4): answer tokens for addition, the final state otherwise."""
+    return data_task(task).primary_metric
+
 SEEDS = (42, 43, 44)
 FULL_STEPS = {"mod5_flat": 5000, "mod5_bracketed": 5000}  # others 2,000
 CPU_STEPS = {"parity": 4500, "s5_swaps": 4500, "s5_standard": 4500, "mod5_flat": 8000, "mod5_bracketed": 8000,
              "addition": 1500}
-# headline metric per task (Appendix J.4): addition scores answer tokens, the others the final label/state
-PRIMARY_METRIC = {"addition": "prefix_token_accuracy"}
 
 FULL_SHAPE = {"dim": 512, "heads": 4, "ffn_dim": 1365, "window": 8, "memory_groups": 1, "merge_scale": 0.1,
               "tie_encoder_decoder": False, "tie_embeddings": True, "truncate_bptt": None, "context_length": 1024}
@@ -243,5 +255,6 @@ TABLE_LENGTHS = {"parity": (40, 64, 256), "s5_swaps": (32, 64, 128, 256, 512), "
 
 
 __all__ = ["CPU_CHANGES", "CPU_FEEDBACK_OVERRIDES", "CPU_ONLY_ROWS", "CPU_RECIPE", "CPU_TASK_OVERRIDES", "DEPTH_ROWS",
-           "DEPTH_TASKS", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PLAN_ROWS", "PRIMARY_METRIC", "ROWS", "SEEDS",
-           "STUDY_ROWS", "STUDY_TASKS", "TABLE_LENGTHS", "TASKS", "model_section", "row_label", "run_config_dict"]
+           "DEPTH_TASKS", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PLAN_ROWS", "ROWS", "SEEDS",
+           "STUDY_ROWS", "STUDY_TASKS", "TABLE_LENGTHS", "TASKS", "data_task", "model_section", "primary_metric",
+           "row_label", "run_config_dict"]

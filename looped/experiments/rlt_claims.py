@@ -11,15 +11,12 @@ from functools import partial
 from pathlib import Path
 
 from .claims import Claim, ClaimSet, ahead, at_least, at_most, halfway, read_rows, values
-from .rlt import row_label
-
-CHANCE = {"parity": 50.0, "s5_swaps": 100 / 120, "s5_standard": 100 / 120, "mod5_flat": 20.0,
-          "mod5_bracketed": 20.0}
+from .rlt import data_task, primary_metric, row_label
 
 
 def _accuracy(lengths: list[dict], task: str, row: str, length: int) -> tuple[str, list[float]]:
-    metric = "prefix_token_accuracy" if task == "addition" else "final_state_accuracy"
-    return f"{row_label(row, 'cpu')} @{length}", values(lengths, metric, 100.0, task=task, row=row, length=length)
+    return f"{row_label(row, 'cpu')} @{length}", values(lengths, primary_metric(task), 100.0, task=task, row=row,
+                                                        length=length)
 
 
 def rlt_claims(out: Path) -> list[Claim]:
@@ -28,10 +25,10 @@ def rlt_claims(out: Path) -> list[Claim]:
     fs = "best-val checkpoint, final-state accuracy"
 
     def above(task, row, length, paper):
-        return at_least(*acc(task, row, length), halfway(CHANCE[task], paper))
+        return at_least(*acc(task, row, length), halfway(100 * data_task(task).chance_accuracy, paper))
 
     def below(task, row, length, paper_best):
-        return at_most(*acc(task, row, length), halfway(CHANCE[task], paper_best))
+        return at_most(*acc(task, row, length), halfway(100 * data_task(task).chance_accuracy, paper_best))
 
     return [
         Claim("Parity: RLT-1 generalizes past its 40-bit training range; the Transformer stays at chance",

@@ -34,15 +34,6 @@ COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", 
            "eval_seconds", "status", "machine"]
 
 
-def run_config(task: str, row: str, seed: int, overrides: dict | None = None, *, scale: str = "cpu") -> RunConfig:
-    """The recipe of one (task, row, seed) at a scale, with `overrides` merged on top (same for every row)."""
-    return recipe_config(rlt.run_config_dict(task, row, scale, seed), overrides)
-
-
-def results_table(out: Path) -> ResultTable:
-    return study_results(out, COLUMNS, ["task", "row", "seed"])
-
-
 class RltStudy(StudyBase):
     """Seed 003's study: every (task, seed, row), each scored over its task's test-length grid from the best
     checkpoint (and with shuffled feedback where it has a register).
@@ -55,13 +46,14 @@ class RltStudy(StudyBase):
                  eval_batch_size: int = 256):
         super().__init__(out, runs, scale=scale, overrides=overrides)
         self.test_size, self.test_lengths, self.batch_size = test_size, test_lengths, eval_batch_size
-        self.results = results_table(self.out)
+        self.results = study_results(self.out, COLUMNS, ["task", "row", "seed"])
         self.lengths = self.per_run("lengths.csv", "length", ["sequences", *METRICS, "loss",
                                                               "shuffled_feedback_accuracy"])
         self.test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
 
     def config(self, key: dict) -> RunConfig:
-        return run_config(key["task"], key["row"], key["seed"], self.overrides, scale=self.scale)
+        """The recipe of one (task, row, seed) at the study's scale, with its overrides merged on top."""
+        return recipe_config(rlt.run_config_dict(key["task"], key["row"], self.scale, key["seed"]), self.overrides)
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         task = key["task"]
@@ -71,7 +63,7 @@ class RltStudy(StudyBase):
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
                                    lengths=(self.test_lengths or {}).get(task), n=self.test_size,
                                    batch_size=self.batch_size, cache=self.test_cache, log=log,
-                                   shuffled_metric=primary_metric(task) if has_feedback else None)
+                                   shuffled_metric=rlt.primary_metric(task) if has_feedback else None)
         self.lengths.add_many([{**key, **{k: cell(v) for k, v in record.items()}} for record in records])
         best, seconds, updates = run.best_validation, run.seconds, run.updates
         self.results.add({**key, **run.cells(model), "arch": config.model.arch,
@@ -88,19 +80,14 @@ class RltStudy(StudyBase):
         tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
         labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
         for task in tasks:
-            metrics = METRICS if task.startswith("s5") else (primary_metric(task),)
+            metrics = METRICS if task.startswith("s5") else (rlt.primary_metric(task),)
             panels(self.out / f"{task}.png", metrics,
                    lambda ax, metric: _curves(ax, lengths, task, metric, labels, f"{task}: {metric.replace('_', ' ')}"),
                    size=(5.2, 3.8), title=f"{task}: {SUBTITLE}")
         if tasks:
             panels(self.out / "feedback.png", tasks,
-                   lambda ax, task: _curves(ax, lengths, task, primary_metric(task), labels, task),
+                   lambda ax, task: _curves(ax, lengths, task, rlt.primary_metric(task), labels, task),
                    size=(5.0, 3.8), title=f"Feedback rows on every task: {SUBTITLE}")
-
-
-def primary_metric(task: str) -> str:
-    """The headline metric of a task (Appendix J.4): answer tokens for addition, the final state otherwise."""
-    return rlt.PRIMARY_METRIC.get(task, "final_state_accuracy")
 
 
 # --- report -------------------------------------------------------------------------------------------------
@@ -116,7 +103,7 @@ S5_PREFIX = "Prefix-token accuracy at 512 (paper: RLT-1 4+4 91.16 ± 6.09, Trans
 
 def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
     """A task's table: cost, the validation score, each shown test length beside the paper's, and the ablation."""
-    metric = primary_metric(task)
+    metric = rlt.primary_metric(task)
     shown = rlt.TABLE_LENGTHS.get(task, ())
     ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
 
@@ -144,7 +131,7 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
     lines = heading(f"Seed 003 (Recurrent Looped Transformer) at {title}", results.rows,
                     *(changes if scale == "cpu" else ()), CAPTION)
     for task in dict.fromkeys(r["task"] for r in results.rows):
-        lines += [f"## {task} ({primary_metric(task).replace('_', ' ')})", "",
+        lines += [f"## {task} ({rlt.primary_metric(task).replace('_', ' ')})", "",
                   *table(task_columns(task, lengths, scale), groups(results.rows, ("row",), order=rows, task=task))]
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
             at_512 = lambda row: column(matching(lengths.rows, task=task, row=row, length=512),  # noqa: E731
@@ -173,25 +160,25 @@ def _curves(ax, lengths: ResultTable, task: str, metric: str, labels: dict[str, 
                                   for r in matching(lengths.rows, task=task)])
     present = {r["row"] for r in points}
     order = [row for row in ROW_COLORS if row in present] + sorted(present - set(ROW_COLORS))
-    spec = rlt.TASKS[task]
-    plot_length_curves(points, spec["name"], None, metric=metric, labels=labels, variant=spec.get("variant"),
-                       title=title, ax=ax, rows=order, colors=ROW_COLORS)
+    plot_length_curves(points, rlt.TASKS[task]["name"], None, metric=metric, labels=labels, title=title, ax=ax,
+                       variant=rlt.TASKS[task].get("variant"), rows=order, colors=ROW_COLORS)
 
 
 # --- the spec ------------------------------------------------------------------------------------------------
+WHERE = {"full": "the paper's recipe (GPU)", "cpu": "CPU recipe (scaled; see looped/experiments/rlt.py)"}
+
+
 def recipes():
     """configs/rlt/full/<task>_<row>.yaml for every row, configs/rlt/cpu/<task>_<row>.yaml for the study's."""
     for scale, rows in (("full", rlt.FULL_ROWS), ("cpu", rlt.STUDY_ROWS)):
         for task in rlt.TASKS:
             for row in (*rows, *(rlt.DEPTH_ROWS if scale == "cpu" and task in rlt.DEPTH_TASKS else ())):
-                config = rlt.run_config_dict(task, row, scale)
-                steps, batch = config["train"]["max_steps"], config["train"]["batch_size"]
-                where = ("the paper's recipe (GPU)" if scale == "full" else
-                         "CPU recipe (scaled; see looped/experiments/rlt.py)")
-                header = (f"# seed 003 {task}, {rlt.row_label(row, scale)} ({row}): {where}; "
-                          f"{steps} updates x {batch} rows.\n"
-                          f"# Generated by `looped reproduce rlt --write-recipes`. Seeds 43/44: --set train.seed=43\n")
-                yield Recipe(f"{scale}/{task}_{row}.yaml", header, config)
+                config, where = rlt.run_config_dict(task, row, scale), WHERE[scale]
+                yield Recipe(f"{scale}/{task}_{row}.yaml",
+                             f"# seed 003 {task}, {rlt.row_label(row, scale)} ({row}): {where}; "
+                             f"{config['train']['max_steps']} updates x {config['train']['batch_size']} rows.\n"
+                             f"# Generated by `looped reproduce rlt --write-recipes`. "
+                             f"Seeds 43/44: --set train.seed=43\n", config)
 
 
 def _toy(tmp: Path) -> dict:
@@ -212,4 +199,4 @@ register_study(StudySpec(
     keep=lambda key, scale: key["row"] not in rlt.DEPTH_ROWS or key["task"] in rlt.DEPTH_TASKS))
 
 
-__all__ = ["RltStudy", "recipes", "run_config", "table_markdown"]
+__all__ = ["RltStudy", "recipes", "table_markdown"]
