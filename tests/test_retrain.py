@@ -86,7 +86,7 @@ def test_a_run_whose_folder_is_gone_is_retrained_checked_and_backfilled(toy):
     committed = float(toy.study.results.find(**toy.key)["bits_per_byte"])
     assert float(recorded["committed"]) == pytest.approx(committed, abs=1e-6)
     assert abs(float(recorded["difference"])) <= 1e-3 and recorded["verdict"] == engine.REPRODUCES
-    assert "Scored from a retrain" in (toy.out / "table.md").read_text(), "the report hides that a run was retrained"
+    assert "Trained again because the run folder was gone" in (toy.out / "table.md").read_text(), "the report hides that a run was retrained"
     assert f"scoring by position: {label}" in toy.log and f"scoring early exit: {label}" in toy.log
     # seeded, one thread: the retrained run scores exactly what the deleted one did
     assert toy.rows_of(toy.key) == toy.scored

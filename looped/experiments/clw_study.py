@@ -157,9 +157,10 @@ def retrain_lines(retrains: list[dict]) -> list[str]:
         return []
     held = [abs(float(r["difference"])) for r in retrains if r["verdict"] == REPRODUCES]
     largest = f" (largest difference {max(held):.6f})" if held else ""
-    return ["", f"Scored from a retrain (the run folder was gone; `looped reproduce clw --scale cpu --retrain-owed`): "
-                f"{len(retrains)} run(s), {len(held)} reproducing their row's held-out bits/byte within "
-                f"{REPRODUCE_TOLERANCE:g}{largest}, the others not scored; each pair in retrains.csv."]
+    return ["", f"Trained again because the run folder was gone and a later score (by position, early exit, training "
+                f"curve) was owed (`looped reproduce clw --scale cpu --retrain-owed`): {len(retrains)} run(s), "
+                f"{len(held)} reproducing their row's held-out bits/byte within {REPRODUCE_TOLERANCE:g}{largest} and "
+                f"scored from the retrain, the others not scored; each pair in retrains.csv."]
 
 
 def positions_tables(positions: ResultTable) -> list[str]:
