@@ -123,7 +123,14 @@ def mean_heatmap(grids: Sequence[Path], path: Path, run: dict, label: str, **opt
     if found:
         plot_heatmap(AccuracyGrid.mean(found), path, trained_difficulties=read_interval(run["trained_difficulties"]),
                      trained_steps=read_interval(run["trained_steps"]),
-                     title=f"{label}: test accuracy, mean over {len(found)} seed(s); dashed: trained range", **options)
+                     title=f"{label}{parameter_note(run)}\ntest accuracy, mean over {len(found)} seed(s); "
+                           "dashed: trained range", **options)
+
+
+def parameter_note(run: dict) -> str:
+    """', 205,441 parameters' from a results row, or nothing when the row has no count."""
+    count = run.get("parameters")
+    return f", {int(count):,} parameters" if count not in (None, "") else ""
 
 
 __all__ = ["best_accuracy", "diagnostic_rows", "difficulty_columns", "fixed_depth_label", "gate_rows",
