@@ -249,3 +249,19 @@ def test_the_rlt_figure_keeps_legends_off_the_lines_and_names_the_model_size(tmp
     assert len(kept["panels"]) == 2
     for axes, legend in kept["panels"]:
         assert legend.x0 >= axes.x1 and legend.x1 <= kept["figure"].x1  # beside its panel, inside the figure
+
+
+def test_the_scaling_figure_names_the_size_of_its_models(tmp_path, monkeypatch):
+    # results/bench/scaling.png said neither the width nor the parameter counts of the rows it times
+    import json
+    from pathlib import Path
+
+    from looped.bench import scaling
+
+    record = Path(__file__).resolve().parents[1] / "results" / "bench" / "scaling.json"
+    if not record.exists():
+        pytest.skip("no committed results/bench/scaling.json")
+    kept = {}
+    monkeypatch.setattr(scaling, "atomic_save_figure", lambda fig, path: kept.update(title=fig._suptitle.get_text()))
+    scaling.plot(json.loads(record.read_text()), tmp_path / "scaling.png")
+    assert "d 128 rows, 379,520–968,544 parameters" in kept["title"]
