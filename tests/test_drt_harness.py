@@ -557,3 +557,17 @@ def test_a_heatmap_spans_the_whole_accuracy_range_marks_chance_and_names_its_siz
     assert kept["limits"] == (0.0, 1.0)
     assert "0.5 chance" in kept["ticks"]
     assert kept["title"].startswith("graph_drt, 205,441 parameters")
+
+
+def test_the_gate_figure_names_the_size_of_its_cores(tmp_path, monkeypatch):
+    # gates.png said what it plots but not how large the cores were
+    import looped.eval.reasoning as reasoning
+    from looped.experiments.reasoning_scores import plot_gates
+
+    kept = {}
+    monkeypatch.setattr(reasoning, "atomic_save_figure", lambda fig, path: kept.update(title=fig._suptitle.get_text()))
+    gates = [{"task": "graph", "arch": "drt", "seed": "42", "step": str(t), "gate_mean": "0.5"} for t in (1, 2)]
+    results = [{"task": task, "arch": "drt", "seed": "42", "parameters": count, "trained_steps": "5-8", "status": "ok"}
+               for task, count in (("graph", "205441"), ("logic", "65089"))]
+    plot_gates(gates, results, tmp_path / "gates.png", name=lambda r: f"drt_seed{r['seed']}", core="drt")
+    assert kept["title"].startswith("Depth-recurrent core (65,089–205,441 parameters)")

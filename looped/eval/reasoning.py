@@ -416,10 +416,10 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
 
 
 def plot_gate_means(panels: dict[str, dict[str, Sequence[float]]], path: str | Path,
-                    trained_steps: dict[str, int] | None = None) -> Path:
+                    trained_steps: dict[str, int] | None = None, size: str = "") -> Path:
     """Mean update-gate value z (0 = keep the state, 1 = replace it) per thinking step, one panel per task and one
     line per run (seed 002 §5.2: no jump at the trained-range boundary, marked red where `trained_steps` gives
-    the largest trained budget)."""
+    the largest trained budget). `size` ("65,089–205,441 parameters") goes into the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -436,7 +436,8 @@ def plot_gate_means(panels: dict[str, dict[str, Sequence[float]]], path: str | P
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Depth-recurrent core: mean gate per step on the test set (one line per run)", fontsize=9)
+    core = f"Depth-recurrent core ({size})" if size else "Depth-recurrent core"
+    fig.suptitle(f"{core}: mean gate per step on the test set (one line per run)", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
     return path

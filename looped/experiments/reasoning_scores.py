@@ -104,7 +104,9 @@ def plot_gates(gates: list[dict], results: list[dict], path: Path, name: Callabl
     if panels:
         trained = {task: read_interval(rows[0]["trained_steps"])[1] for task in panels
                    if (rows := finished(results, task=task, arch=core)) and rows[0].get("trained_steps")}
-        plot_gate_means(panels, path, trained)
+        counts = [int(r["parameters"]) for r in finished(results, arch=core) if r.get("parameters")]
+        size = f"{min(counts):,}–{max(counts):,} parameters" if counts else ""
+        plot_gate_means(panels, path, trained, size)
 
 
 def difficulty_columns(difficulties: list[int], trained: tuple[int, int],
