@@ -224,3 +224,44 @@ def test_bench_help_lists_replot_beside_the_benchmarks(capsys):
     listed = re.search(r"\{([\w,]+)\}", capsys.readouterr().out)  # the sub-command list, {train,decode,...}
     assert listed, "no sub-command list in `looped bench --help`"
     assert set(listed.group(1).split(",")) == {*BENCHES, "replot"}
+
+
+def test_the_rlt_figure_keeps_legends_off_the_lines_and_names_the_model_size(tmp_path, monkeypatch):
+    # results/bench/rlt.png's generation panel had its legend over crossing lines, and no parameter count
+    import json
+    from pathlib import Path
+
+    from looped.bench import rlt as rlt_bench
+
+    record = Path(__file__).resolve().parents[1] / "results" / "bench" / "rlt.json"
+    if not record.exists():
+        pytest.skip("no committed results/bench/rlt.json")
+    kept = {}
+
+    def keep(fig, path):
+        renderer = fig.canvas.get_renderer()
+        kept.update(title=fig._suptitle.get_text(), figure=fig.bbox, panels=[
+            (ax.bbox, ax.get_legend().get_window_extent(renderer)) for ax in fig.axes if ax.get_legend()])
+
+    monkeypatch.setattr(rlt_bench, "atomic_save_figure", keep)
+    rlt_bench.plot(json.loads(record.read_text()), tmp_path / "rlt.png")
+    assert "239,344–251,824 parameters" in kept["title"]
+    assert len(kept["panels"]) == 2
+    for axes, legend in kept["panels"]:
+        assert legend.x0 >= axes.x1 and legend.x1 <= kept["figure"].x1  # beside its panel, inside the figure
+
+
+def test_the_scaling_figure_names_the_size_of_its_models(tmp_path, monkeypatch):
+    # results/bench/scaling.png said neither the width nor the parameter counts of the rows it times
+    import json
+    from pathlib import Path
+
+    from looped.bench import scaling
+
+    record = Path(__file__).resolve().parents[1] / "results" / "bench" / "scaling.json"
+    if not record.exists():
+        pytest.skip("no committed results/bench/scaling.json")
+    kept = {}
+    monkeypatch.setattr(scaling, "atomic_save_figure", lambda fig, path: kept.update(title=fig._suptitle.get_text()))
+    scaling.plot(json.loads(record.read_text()), tmp_path / "scaling.png")
+    assert "d 128 rows, 379,520–968,544 parameters" in kept["title"]

@@ -19,7 +19,14 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     kwargs = dict(select={"seed": (11,), "row": ("plain", "workspace")}, overrides=tiny, progress=False,
                   log=lambda m: None)
     out, runs = tmp_path / "results", tmp_path / "runs"
+    drawn, draw = {}, clw_study.plot  # each figure's panel titles and suptitle, then drawn as usual
+    monkeypatch.setattr(clw_study, "plot", lambda path, spec, rows, panel_rows, **kw: drawn.update(
+        {path.name: (list(panel_rows), kw.get("title"))}) or draw(path, spec, rows, panel_rows, **kw))
     engine.run_study("clw", out, runs, **kwargs)
+    for name in ("nll.png", "rounds.png", "early_exit.png", "positions.png"):  # what, how large, on what data
+        panel_titles, title = drawn[name]
+        assert all("sample" in t and "parameters" in t for t in panel_titles), (name, panel_titles)
+        assert name == "nll.png" or "bits/byte" in title, name
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert {(r["corpus"], r["row"]) for r in rows} == {(c, r) for c in clw.CORPORA for r in ("plain", "workspace")}
     assert all(r["status"] == "ok" and int(r["targets"]) == 8192 for r in rows)

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import write_text_corpus
@@ -186,3 +187,35 @@ def test_resuming_with_other_options_is_refused_in_one_line_but_more_seeds_are_a
                              log=lambda m: None)
     assert more["steps"] == first["steps"] == 4  # the runs of the new seed get the budget of the first ones
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["options"]["seeds"] == 2
+
+
+def test_compare_plots_name_their_data_and_size_and_print_readable_flops(monkeypatch):
+    # the committed plots said neither the data nor the size, printed '1e13' in a corner instead of tick values,
+    # and wrote 'gzip -9' and 'xz -9e' over each other where their rates were 0.1 bits apart
+    from looped.experiments import compare_plots
+
+    kept = {}
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        kept[path.name] = {"title": ax.get_title(), "offset": ax.xaxis.get_offset_text().get_text(),
+                           "ticks": [t.get_text() for t in ax.get_xticklabels() if t.get_text()],
+                           "legend": [t.get_text() for t in ax.get_legend().get_texts()], "texts": list(ax.texts)}
+
+    monkeypatch.setattr(compare_plots, "atomic_save_figure", keep)
+    plan = {"options": {"data": {"corpus": "kjv"}, "seeds": 2, "context": 128}}
+    summary = [{"row": "transformer", "parameters": 999936, "inference_flops_per_token": 2.2e6,
+                "bits_per_byte_mean": 3.2},
+               {"row": "workspace", "parameters": 1000022, "inference_flops_per_token": 8.1e6,
+                "bits_per_byte_mean": 2.9}]
+    curves = [{"row": row, "step": step, "flops": step * scale, "bits_per_byte": 4 - step / 100}
+              for row, scale in (("transformer", 1e10), ("workspace", 4e10)) for step in (10, 100, 200, 300)]
+    floor = {"rates": {"gzip -9": 2.68, "xz -9e": 2.59}}
+    compare_plots.plot_curves(Path("curves.png"), ["transformer", "workspace"], curves, floor, plan, summary)
+    compare_plots.plot_pareto(Path("pareto.png"), plan, ["transformer", "workspace"], summary, [])
+    for name, seen in kept.items():
+        assert "kjv, 999,936–1,000,022 parameters, mean over 2 seed(s)" in seen["title"], name
+        assert seen["offset"] == "" and all(t == "0" or t[-2:] in (" G", " T", " M") for t in seen["ticks"]), (name, seen["ticks"])
+    assert kept["curves.png"]["texts"] == []  # the compressors are named in the legend, not on the axis
+    assert {"gzip -9 (2.68)", "xz -9e (2.59)"} <= set(kept["curves.png"]["legend"])

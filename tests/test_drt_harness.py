@@ -534,3 +534,40 @@ def test_a_variant_differs_from_its_recipe_in_exactly_what_it_names(name):
         assert ours.get(key) == paper.get(key), key
     with pytest.raises(ValueError, match="no full-scale recipe"):
         drt.recipe(name, "full")
+
+
+def test_a_heatmap_spans_the_whole_accuracy_range_marks_chance_and_names_its_size(tmp_path, monkeypatch):
+    # the heatmaps began their colours at 0.4 (a 0.5 cell looked like a failure far below chance) and did not say
+    # how large the model was
+    import looped.eval.reasoning as reasoning
+    from looped.experiments.reasoning_scores import mean_heatmap
+
+    kept = {}
+
+    def keep(fig, path):
+        heat, bar = fig.axes
+        kept.update(limits=heat.images[0].get_clim(), title=heat.get_title(),
+                    ticks=[t.get_text() for t in bar.get_yticklabels()])
+
+    monkeypatch.setattr(reasoning, "atomic_save_figure", keep)
+    grid = AccuracyGrid([1, 2, 4], [1, 6], np.array([[1.0, 0.5]] * 3), np.array([10, 10]))
+    grid.write_csv(tmp_path / "g.csv")
+    mean_heatmap([tmp_path / "g.csv"], tmp_path / "h.png", {"trained_difficulties": "1-5", "trained_steps": "1-2",
+                                                            "parameters": "205441"}, "graph_drt")
+    assert kept["limits"] == (0.0, 1.0)
+    assert "0.5 chance" in kept["ticks"]
+    assert kept["title"].startswith("graph_drt, 205,441 parameters")
+
+
+def test_the_gate_figure_names_the_size_of_its_cores(tmp_path, monkeypatch):
+    # gates.png said what it plots but not how large the cores were
+    import looped.eval.reasoning as reasoning
+    from looped.experiments.reasoning_scores import plot_gates
+
+    kept = {}
+    monkeypatch.setattr(reasoning, "atomic_save_figure", lambda fig, path: kept.update(title=fig._suptitle.get_text()))
+    gates = [{"task": "graph", "arch": "drt", "seed": "42", "step": str(t), "gate_mean": "0.5"} for t in (1, 2)]
+    results = [{"task": task, "arch": "drt", "seed": "42", "parameters": count, "trained_steps": "5-8", "status": "ok"}
+               for task, count in (("graph", "205441"), ("logic", "65089"))]
+    plot_gates(gates, results, tmp_path / "gates.png", name=lambda r: f"drt_seed{r['seed']}", core="drt")
+    assert kept["title"].startswith("Depth-recurrent core (65,089–205,441 parameters)")

@@ -145,3 +145,29 @@ def test_lens_refuses_bad_values_in_one_line(tmp_path, capsys):
     for args, message in ((["--depth", "0"], "--depth must be >= 1"), (["--file", "missing.txt"], "missing.txt")):
         code, _, err = lens(run, tmp_path, capsys, *args)
         assert code == 2 and err.count("\n") == 1 and err.startswith("looped: error: ") and message in err
+
+
+def test_the_lens_plot_keeps_its_position_legend_off_the_lines(monkeypatch):
+    # workspace_lens.png's legend sat over the 'positions 1-1' line: the buckets' lines fill the panel's height
+    import looped.eval.lens as lens
+
+    buckets = [(1, 1), (2, 3), (4, 7)]
+    rounds = [{"depth": d, "bits_per_byte": 3.0 - d / 10, "movement": None if d == 1 else 1 / d, "stats": {},
+               "by_position": [{"first": a, "last": b, "bits_per_byte": 4.0 - d / 10 - a / 10} for a, b in buckets]}
+              for d in (1, 2, 3, 4)]
+    record = {"kind": "lm", "arch": "workspace", "parameters": 348457, "depth_name": "round", "trained_depth": 2,
+              "sources": [{"corpus": "kjv", "heldout": True, "unit": "byte", "targets": 1024, "rounds": rounds}]}
+    kept = {}
+
+    def keep(fig, path):
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        kept.update(legend=legend.get_window_extent(renderer), axes=ax.bbox, figure=fig.bbox, right=fig.axes[1].bbox,
+                    labels=[t.get_text() for t in legend.get_texts()])
+
+    monkeypatch.setattr(lens, "atomic_save_figure", keep)
+    lens.plot_lens(record, "lens.png")
+    legend, axes, figure = kept["legend"], kept["axes"], kept["figure"]
+    assert legend.x0 >= axes.x1 and legend.x1 <= min(figure.x1, kept["right"].x0)  # between the two panels
+    assert kept["labels"] == ["all", "position 1", "positions 2-3", "positions 4-7"]

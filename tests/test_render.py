@@ -77,3 +77,43 @@ def test_panels_draws_one_panel_per_key_side_by_side(tmp_path, monkeypatch):
     assert drawn == ["enwik8", "tinystories", "kjv"]
     assert saved == {"path": tmp_path / "f.png", "size": pytest.approx((15.0, 4.0)), "axes": 3,
                      "title": "three corpora"}
+
+
+def test_a_long_study_title_is_wrapped_inside_a_one_panel_figure(tmp_path, monkeypatch):
+    # rlt_cpu/parity.png lost both ends of its subtitle: a 110-character title over a 5-inch panel
+    title = "parity: accuracy against test length, mean ± SD over seeds, best-validation checkpoint, teacher-forced"
+    kept = {}
+
+    def keep(fig, path):
+        renderer = fig.canvas.get_renderer()
+        kept.update(title=fig._suptitle.get_text(), extent=fig._suptitle.get_window_extent(renderer),
+                    figure=fig.bbox)
+
+    monkeypatch.setattr(render, "atomic_save_figure", keep)
+    render.panels(tmp_path / "f.png", ["parity"], lambda ax, k: ax.plot([1, 2]), size=(5.2, 3.8), title=title)
+    extent, figure = kept["extent"], kept["figure"]
+    assert figure.x0 <= extent.x0 and extent.x1 <= figure.x1  # neither end cut off
+    assert extent.y1 <= figure.y1
+    assert kept["title"].replace("\n", " ") == title  # wrapped, not shortened
+
+
+def test_a_length_panel_keeps_its_legend_off_the_data_and_inside_the_figure(tmp_path, monkeypatch):
+    # rlt_cpu/parity.png's legend sat on the error bars of the trained lengths: error bars span 0-100, no corner
+    # of the panel is free of data
+    from looped.eval.lengths import plot_length_curves
+
+    table = [{"row": row, "length": n, "final_state_accuracy": acc, "final_state_accuracy_sd": 0.3}
+             for row, acc in (("a", 0.5), ("b", 0.9)) for n in (32, 40, 48, 256)]
+    kept = {}
+
+    def keep(fig, path):
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        kept.update(legend=ax.get_legend().get_window_extent(renderer), axes=ax.bbox, figure=fig.bbox)
+
+    monkeypatch.setattr(render, "atomic_save_figure", keep)
+    render.panels(tmp_path / "f.png", ["parity"], lambda ax, k: plot_length_curves(table, "parity", None, ax=ax),
+                  size=(5.2, 3.8), title="parity")
+    legend, axes, figure = kept["legend"], kept["axes"], kept["figure"]
+    assert legend.x0 >= axes.x1  # beside the plotting area, over none of its points
+    assert figure.x0 <= legend.x0 and legend.x1 <= figure.x1 and figure.y0 <= legend.y0 <= legend.y1 <= figure.y1

@@ -304,12 +304,15 @@ def plot(result: dict, path: Path) -> Path:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.legend(fontsize=7)
+        # beside the panel: the rows' lines cross the whole panel, so a legend inside covers some of them
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), borderaxespad=0)
     for ax in axes:
         ax.grid(alpha=0.3)
     shape = result["shape"]
+    counts = sorted({rows[n]["parameters"] for n in names if rows[n].get("parameters")})
+    size = f", {counts[0]:,}–{counts[-1]:,} parameters" if counts else ""
     fig.suptitle(f"RLT feedback interval B vs RLT-0 (d {shape['dim']}, {shape['encoder_layers']}+"
-                 f"{shape['decoder_layers']}, window {shape['window']}, {result.get('threads', '?')} thread(s), "
+                 f"{shape['decoder_layers']}, window {shape['window']}{size}, {result.get('threads', '?')} thread(s), "
                  "medians)", fontsize=9)
     fig.tight_layout()
     path = Path(path)

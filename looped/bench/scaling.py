@@ -177,11 +177,21 @@ def plot(result: dict, path: Path) -> Path:
         ax.set_title(title)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    fig.suptitle(f"How cost grows (log-log; b = fitted exponent; {result.get('threads', '?')} thread(s), medians)",
-                 fontsize=9)
+    fig.suptitle(f"How cost grows (d {result['train']['shape']['dim']} rows{model_sizes(result)}; log-log; "
+                 f"b = fitted exponent; {result.get('threads', '?')} thread(s), medians)", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, Path(path))
     return Path(path)
+
+
+def model_sizes(result: dict) -> str:
+    """', 379,520–968,544 parameters' of the decoded rows (counted on the meta device from their configs), or
+    nothing for a record without them."""
+    from ..eval.plot_labels import parameter_count
+
+    rows = result["decode"].get("rows", {}).values()
+    counts = [n for n in (parameter_count({"arch": r["arch"], **r["config"]}) for r in rows) if n]
+    return f", {min(counts):,}–{max(counts):,} parameters" if counts else ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

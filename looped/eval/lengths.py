@@ -181,7 +181,8 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
     ax.set_ylim(-3, 103)
     ax.set_title(title or task.data_key)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    # beside the panel, not on it: error bars span the whole 0-100 range, so no corner is free of data
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), borderaxespad=0)
     if not own_figure:
         return None
     path = Path(path)

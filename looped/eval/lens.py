@@ -208,8 +208,9 @@ def plot_lens(record: dict, path, title_data: str = "") -> None:
     axes[0].plot(depths, [row[score] for row in rows], marker="o", color="black", label="all")
     if record["kind"] == "lm":
         for i, bucket in enumerate(rows[0]["by_position"]):
+            first, last = bucket["first"], bucket["last"]
             axes[0].plot(depths, [row["by_position"][i][score] for row in rows], lw=0.8, alpha=0.7,
-                         label=f"positions {bucket['first']}-{bucket['last']}")
+                         label=f"position {first}" if first == last else f"positions {first}-{last}")
         axes[0].set_ylabel(f"{score.replace('_per_', '/')} of the round's readout")
     else:
         for difficulty in rows[0]["by_difficulty"]:
@@ -229,7 +230,8 @@ def plot_lens(record: dict, path, title_data: str = "") -> None:
         ax.set_xlabel(f"{record['depth_name']} r")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6)
+    # beside the panel: the buckets' lines fill its whole height, so a legend inside hides one of them
+    axes[0].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5), borderaxespad=0)
     data = title_data or source_title(entry)
     fig.suptitle(f"{record['arch']}, {record['parameters']:,} parameters: {data}", fontsize=9)
     fig.tight_layout()

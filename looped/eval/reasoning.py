@@ -372,10 +372,11 @@ def _boundary_positions(values: Sequence[int], lo: int, hi: int) -> list[float]:
 
 def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: tuple[int, int] | None = None,
                  trained_steps: tuple[int, int] | None = None, title: str = "", difficulty_name: str = "difficulty",
-                 annotate: bool = True, fixed_depth: str | None = None) -> Path:
+                 annotate: bool = True, fixed_depth: str | None = None, chance: float | None = 0.5) -> Path:
     """Accuracy heatmap, budgets up the y axis and difficulty along x, with the training boundaries dashed
     (seed 002 Figs. 2-4): vertical lines bound the trained difficulty range, horizontal ones the trained T range.
-    `fixed_depth` (a label such as "6 layers") draws one row for a model that ignores T."""
+    `fixed_depth` (a label such as "6 layers") draws one row for a model that ignores T. Colours span the whole
+    0-1 accuracy range with `chance` (balanced yes/no labels: 0.5) marked on the colour bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -386,7 +387,7 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
         grid = AccuracyGrid(grid.budgets[:1], grid.difficulties, grid.accuracy[:1], grid.rows)
         trained_steps = None
     fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(grid.difficulties), 1.2 + 0.42 * max(len(grid.budgets), 3)))
-    image = ax.imshow(grid.accuracy, origin="lower", cmap="viridis", vmin=0.4, vmax=1.0, aspect="auto")
+    image = ax.imshow(grid.accuracy, origin="lower", cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(grid.difficulties)), [str(d) for d in grid.difficulties])
     ax.set_yticks(range(len(grid.budgets)), [fixed_depth] if fixed_depth else [str(t) for t in grid.budgets])
     ax.set_xlabel(difficulty_name)
@@ -396,14 +397,18 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
             for j in range(len(grid.difficulties)):
                 value = grid.accuracy[i, j]
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                        color="black" if value > 0.75 else "white")
+                        color="black" if value > 0.6 else "white")  # viridis turns light above 0.6
     if trained_difficulties is not None:
         for x in _boundary_positions(grid.difficulties, *trained_difficulties):
             ax.axvline(x, color="red", ls="--", lw=1.2)
     if trained_steps is not None:
         for y in _boundary_positions(grid.budgets, *trained_steps):
             ax.axhline(y, color="red", ls="--", lw=1.2)
-    fig.colorbar(image, ax=ax, label="accuracy")
+    bar = fig.colorbar(image, ax=ax, label="accuracy")
+    if chance is not None:  # where a guess lands: a cell at this colour learned nothing
+        bar.ax.axhline(chance, color="red", lw=1.5)
+        ticks = sorted({0.0, 0.25, 0.5, 0.75, 1.0, chance})  # a quarter apart: readable on a one-row bar
+        bar.set_ticks(ticks, labels=[f"{t:g} chance" if t == chance else f"{t:g}" for t in ticks])
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
@@ -411,10 +416,10 @@ def plot_heatmap(grid: AccuracyGrid, path: str | Path, *, trained_difficulties: 
 
 
 def plot_gate_means(panels: dict[str, dict[str, Sequence[float]]], path: str | Path,
-                    trained_steps: dict[str, int] | None = None) -> Path:
+                    trained_steps: dict[str, int] | None = None, size: str = "") -> Path:
     """Mean update-gate value z (0 = keep the state, 1 = replace it) per thinking step, one panel per task and one
     line per run (seed 002 §5.2: no jump at the trained-range boundary, marked red where `trained_steps` gives
-    the largest trained budget)."""
+    the largest trained budget). `size` ("65,089–205,441 parameters") goes into the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,7 +436,8 @@ def plot_gate_means(panels: dict[str, dict[str, Sequence[float]]], path: str | P
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Depth-recurrent core: mean gate per step on the test set (one line per run)", fontsize=9)
+    core = f"Depth-recurrent core ({size})" if size else "Depth-recurrent core"
+    fig.suptitle(f"{core}: mean gate per step on the test set (one line per run)", fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
     return path

@@ -102,13 +102,14 @@ class ClwStudy(StudyBase):
         write_table(self.out, tables, lambda: table_markdown(self.results, self.exits, self.positions,
                                                              retrains_table(self)))
         done = finished(self.results.rows)
+        # every panel names its corpus and the parameter counts of the rows it shows
+        corpora = {with_parameters(f"{c} sample", finished(done, corpus=c)): {"corpus": c} for c in clw.CORPORA}
         if self.results.rows:
-            plot(self.out / "nll.png", NLL, done, {with_parameters(f"{c} sample", finished(done, corpus=c)):
-                                                   {"corpus": c} for c in clw.CORPORA}, size=(5.5, 4), title_size=10)
+            plot(self.out / "nll.png", NLL, done, corpora, size=(5.5, 4), title_size=10)
         for name, scores in zip(FIGURES, tables[1:]):
             if scores.rows:
-                plot(self.out / f"{name}.png", FIGURES[name], scores.rows, {c: {"corpus": c} for c in clw.CORPORA},
-                     size=(5.5, 4))
+                plot(self.out / f"{name}.png", FIGURES[name], scores.rows, corpora, size=(5.5, 4), title_size=10,
+                     title=FIGURE_TITLES[name])
         for corpus, seed in sorted({(r["corpus"], int(r["seed"])) for r in self.curves.rows}):
             title = with_parameters(f"{corpus} sample, seed {seed}: training loss of every row (CPU recipe",
                                     finished(done, corpus=corpus, seed=seed)) + ")"
@@ -203,6 +204,11 @@ FIGURES = {  # <name>.png from rounds.csv, early_exit.csv and positions.csv: one
     "positions": Lines("bits_per_byte", _span, tuple(clw.ROWS), "target position in the 512-byte block",
                        "held-out bits/byte", place=lambda span, _: (span[0] * span[1]) ** 0.5,  # a bucket's middle
                        style={"marker": "o", "ms": 3}, touch=lambda ax: ax.set_xscale("log", base=2)),
+}
+FIGURE_TITLES = {
+    "rounds": "Held-out bits/byte against test-time rounds, mean over seeds (CPU recipe)",
+    "early_exit": "Held-out bits/byte against the rounds early exit uses, mean over seeds (CPU recipe)",
+    "positions": "Held-out bits/byte by target position in the block, mean over seeds (CPU recipe)",
 }
 # one seed's training loss against updates, a line per row (the rows share the data order)
 CURVES = Lines("loss", lambda r: int(r["step"]), tuple(clw.ROWS), "update", "training loss (nats/byte)",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..eval.plot_labels import data_name
 from ..eval.stats import mean_sd
 from ..io import atomic_save_figure
 from ..models import build_model, get_arch
@@ -39,13 +40,39 @@ def _mean_by(rows: list[dict], row: str, x: str) -> dict[float, float]:
 
 
 def _floor_lines(ax, floor: dict, top: float) -> None:
-    for i, (name, bits) in enumerate(floor.get("rates", {}).items()):
+    """The compressors' rates as grey lines named in the legend (two rates 0.1 bits apart would print their
+    names over each other on the axis)."""
+    for style, (name, bits) in zip((":", "-.", "--"), floor.get("rates", {}).items()):
         if bits <= top:
-            ax.axhline(bits, color="0.5", ls=":", lw=1)
-            ax.text(ax.get_xlim()[0], bits, f" {name}", va="bottom", fontsize=7, color="0.4")
+            ax.axhline(bits, color="0.5", ls=style, lw=1, label=f"{name} ({bits:.2f})")
 
 
-def plot_curves(path: Path, rows: list[str], curves: list[dict], floor: dict) -> None:
+def _title(ax, what: str, plan: dict, summary: list[dict]) -> None:
+    """What the panel shows, then on what data, at what size and over how many seeds."""
+    options = plan["options"]
+    data = data_name({"data": options["data"]}) if isinstance(options.get("data"), dict) else "your data"
+    counts = [int(s["parameters"]) for s in summary if s.get("parameters") not in (None, "")]
+    size = f"{min(counts):,}–{max(counts):,} parameters" if counts else "parameters unknown"
+    ax.set_title(f"{what}\n{data}, {size}, mean over {options['seeds']} seed(s)", fontsize=10)
+
+
+def _readable_flops(axis, log: bool = False) -> None:
+    """FLOP counts as '400 G', '1.2 T' rather than an offset '1e13' in the corner. A log axis spanning less than a
+    decade shows mostly minor ticks: those at 2, 3 and 5 x a power of ten are named, the rest left blank so the
+    names do not run into each other."""
+    import math
+
+    from matplotlib.ticker import EngFormatter, FuncFormatter
+
+    name = EngFormatter(sep=" ")
+    axis.set_major_formatter(name)
+    if log:
+        axis.set_minor_formatter(FuncFormatter(
+            lambda x, pos: name(x, pos) if x > 0 and round(x / 10 ** math.floor(math.log10(x))) in (2, 3, 5) else ""))
+
+
+def plot_curves(path: Path, rows: list[str], curves: list[dict], floor: dict, plan: dict, summary: list[dict]
+                ) -> None:
     fig, ax = _figure()
     for i, row in enumerate(rows):
         by_step: dict[int, list[dict]] = {}
@@ -58,14 +85,17 @@ def plot_curves(path: Path, rows: list[str], curves: list[dict], floor: dict) ->
             ax.plot(xs, ys, marker=".", ms=3, color=f"C{i}", label=row)
     ax.set_xlabel("training FLOPs (compute ledger: 3 x forward)")
     ax.set_ylabel("held-out bits/byte (mean over seeds)")
-    ax.set_title("held-out curve against training compute")
+    _title(ax, "held-out curve against training compute", plan, summary)
+    _readable_flops(ax.xaxis)
     _floor_lines(ax, floor, ax.get_ylim()[1])
     ax.legend(fontsize=8)
+    fig.tight_layout()
     atomic_save_figure(fig, path)
 
 
-def plot_depth(path: Path, rows: list[str], depths: list[dict], summary: list[dict], rounds: int) -> None:
+def plot_depth(path: Path, plan: dict, rows: list[str], depths: list[dict], summary: list[dict]) -> None:
     fig, ax = _figure()
+    rounds = plan["options"]["rounds"]
     for i, row in enumerate(rows):
         points = _mean_by(depths, row, "rounds")
         if points:
@@ -77,8 +107,9 @@ def plot_depth(path: Path, rows: list[str], depths: list[dict], summary: list[di
     ax.axvline(rounds, color="0.6", ls=":", lw=1)
     ax.set_xlabel(f"test-time rounds (trained with {rounds})")
     ax.set_ylabel("held-out bits/byte (mean over seeds)")
-    ax.set_title("held-out score against test-time depth (best checkpoints)")
+    _title(ax, "held-out score against test-time depth (best checkpoints)", plan, summary)
     ax.legend(fontsize=8)
+    fig.tight_layout()
     atomic_save_figure(fig, path)
 
 
@@ -119,13 +150,15 @@ def plot_pareto(path: Path, plan: dict, rows: list[str], summary: list[dict], de
     ax.set_xscale("log")
     ax.set_xlabel(f"inference FLOPs per token (context {plan['options']['context']}; looped rows at 1 .. 2 x depth)")
     ax.set_ylabel("held-out bits/byte (mean over seeds)")
-    ax.set_title("score against inference compute")
+    _title(ax, "held-out score against inference compute", plan, summary)
+    _readable_flops(ax.xaxis, log=True)
     ax.legend(fontsize=8)
+    fig.tight_layout()
     atomic_save_figure(fig, path)
 
 
 def plot_all(out: Path, plan: dict, summary: list[dict], curves: list[dict], depths: list[dict], floor: dict) -> None:
     rows = CompareOptions(**plan["options"]).rows
-    plot_curves(out / "curves.png", rows, curves, floor)
-    plot_depth(out / "depth.png", rows, depths, summary, plan["options"]["rounds"])
+    plot_curves(out / "curves.png", rows, curves, floor, plan, summary)
+    plot_depth(out / "depth.png", plan, rows, depths, summary)
     plot_pareto(out / "pareto.png", plan, rows, summary, depths)

@@ -114,15 +114,29 @@ class DrtStudy(StudyBase):
         """table.md, a heatmap per recipe (mean grid over its seeds) and gates.png (mean gate per step)."""
         out, results, gates = self.out, self.results, self.gates
         write_table(out, (results, gates), lambda: table_markdown(results, self.scale, drt_shortcuts.table(out)))
-        for g in groups(results.rows, GROUP):
-            task, arch, alpha = g.key.values()
-            label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
-            mean_heatmap([out / "grids" / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv" for r in g.runs],
-                         out / f"heatmap_{label}.png", g.runs[0] if g.runs else {}, label,
-                         difficulty_name=task_class(drt.base(task)).difficulty_name,
-                         fixed_depth=fixed_depth_label(arch, drt.base(task)))
+        draw_heatmaps(out, results.rows, out / "grids")
         plot_gates(gates.rows, results.rows, out / "gates.png", core="drt", name=lambda r: run_name(
             r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_"))
+
+
+def draw_heatmaps(out: Path, rows: list[dict], grids: Path) -> None:
+    """heatmap_<recipe>.png in `out` for every recipe of the results `rows`: the mean of its seeds' grid files in
+    `grids`. An archived folder is redrawn the same way:
+    `python -c "from looped.experiments.drt_study import redraw_archive; redraw_archive('FOLDER')"`."""
+    for g in groups(rows, GROUP):
+        task, arch, alpha = g.key.values()
+        label = run_name(task, arch, float(alpha), 0).removesuffix("_seed0")
+        mean_heatmap([grids / f"{run_name(task, arch, float(alpha), int(r['seed']))}.csv" for r in g.runs],
+                     out / f"heatmap_{label}.png", g.runs[0] if g.runs else {}, label,
+                     difficulty_name=task_class(drt.base(task)).difficulty_name,
+                     fixed_depth=fixed_depth_label(arch, drt.base(task)))
+
+
+def redraw_archive(folder: str | Path) -> None:
+    """The heatmaps of an archived results folder (its results.csv, grids in grids/ or beside it) in today's style."""
+    folder = Path(folder)
+    rows = ResultTable(folder / "results.csv", COLUMNS, KEY).rows
+    draw_heatmaps(folder, rows, folder / "grids" if (folder / "grids").is_dir() else folder)
 
 
 # --- report -----------------------------------------------------------------------------------------------

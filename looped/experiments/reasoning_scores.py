@@ -104,7 +104,9 @@ def plot_gates(gates: list[dict], results: list[dict], path: Path, name: Callabl
     if panels:
         trained = {task: read_interval(rows[0]["trained_steps"])[1] for task in panels
                    if (rows := finished(results, task=task, arch=core)) and rows[0].get("trained_steps")}
-        plot_gate_means(panels, path, trained)
+        counts = [int(r["parameters"]) for r in finished(results, arch=core) if r.get("parameters")]
+        size = f"{min(counts):,}–{max(counts):,} parameters" if counts else ""
+        plot_gate_means(panels, path, trained, size)
 
 
 def difficulty_columns(difficulties: list[int], trained: tuple[int, int],
@@ -123,7 +125,14 @@ def mean_heatmap(grids: Sequence[Path], path: Path, run: dict, label: str, **opt
     if found:
         plot_heatmap(AccuracyGrid.mean(found), path, trained_difficulties=read_interval(run["trained_difficulties"]),
                      trained_steps=read_interval(run["trained_steps"]),
-                     title=f"{label}: test accuracy, mean over {len(found)} seed(s); dashed: trained range", **options)
+                     title=f"{label}{parameter_note(run)}\ntest accuracy, mean over {len(found)} seed(s); "
+                           "dashed: trained range", **options)
+
+
+def parameter_note(run: dict) -> str:
+    """', 205,441 parameters' from a results row, or nothing when the row has no count."""
+    count = run.get("parameters")
+    return f", {int(count):,} parameters" if count not in (None, "") else ""
 
 
 __all__ = ["best_accuracy", "diagnostic_rows", "difficulty_columns", "fixed_depth_label", "gate_rows",

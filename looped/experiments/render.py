@@ -227,11 +227,24 @@ def panels(path: Path, keys: Sequence, draw: Callable[[Any, Any], None], *, size
         if finish is not None:
             finish(ax)
     if title is not None:
-        fig.suptitle(title, fontsize=9)
+        fit_suptitle(fig, title, fontsize=9)
     fig.tight_layout()
     atomic_save_figure(fig, path)
 
 
-__all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "groups", "heading", "key", "left",
-           "line", "markdown", "matching", "mean", "mean_of", "panels", "parameters", "part", "percent_of",
-           "relative_change", "section", "spread_of", "table", "write_table"]
+def fit_suptitle(fig, title: str, fontsize: float = 9) -> None:
+    """`fig.suptitle(title)`, wrapped onto more lines until every line fits the figure's width: a one-panel
+    figure is narrower than a long study subtitle, and a centred line wider than the figure loses both ends."""
+    import textwrap
+
+    text = fig.suptitle(title, fontsize=fontsize)
+    renderer = fig.canvas.get_renderer()
+    width = len(title)
+    while width > 20 and text.get_window_extent(renderer).width > 0.96 * fig.bbox.width:
+        width = int(width * 0.85)  # fewer characters a line, until the widest line fits
+        text.set_text("\n".join(textwrap.wrap(title, width)))
+
+
+__all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "fit_suptitle", "groups", "heading",
+           "key", "left", "line", "markdown", "matching", "mean", "mean_of", "panels", "parameters", "part",
+           "percent_of", "relative_change", "section", "spread_of", "table", "write_table"]
