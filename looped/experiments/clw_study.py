@@ -111,10 +111,10 @@ class ClwStudy(StudyBase):
                 plot(self.out / f"{name}.png", FIGURES[name], scores.rows, corpora, size=(5.5, 4), title_size=10,
                      title=FIGURE_TITLES[name])
         for corpus, seed in sorted({(r["corpus"], int(r["seed"])) for r in self.curves.rows}):
-            title = with_parameters(f"{corpus} sample, seed {seed}: training loss of every row (CPU recipe",
+            title = with_parameters("Training loss of every row with a recorded curve (CPU recipe",
                                     finished(done, corpus=corpus, seed=seed)) + ")"
             plot(self.out / f"curves_{corpus}_seed{seed}.png", CURVES, self.curves.rows,
-                 {title: {"corpus": corpus, "seed": seed}}, size=(6.5, 4.2), title_size=9)
+                 {f"{corpus} sample, seed {seed}": {"corpus": corpus, "seed": seed}}, size=(6.5, 4.2), title=title)
 
 
 # --- report -----------------------------------------------------------------------------------------------
