@@ -410,7 +410,7 @@ def test_live_tensor_bytes_counts_new_storages_once():
     assert tracker.peak == 50 * 50 * 4 and tracker.live == 10 * 4
 
 
-def test_think_bench_writes_json_and_plot(tmp_path):
+def test_think_bench_writes_json_and_plot(tmp_path, monkeypatch):
     out = tmp_path / "think.json"
     think_bench.run_think_bench(dim=16, heads=2, ffn_dim=32, length=8, layers=2, steps=(1, 2, 4), batches=(1, 3),
                                 repeats=1, threads=1, out=out, log=lambda m: None)
@@ -427,6 +427,18 @@ def test_think_bench_writes_json_and_plot(tmp_path):
     assert data["goals"]["core_memory_flat"]["met"] is True  # deterministic: counted bytes, not timings
     assert set(data["goals"]) == {"core_memory_flat", "core_latency_linear", "kv_cache_linear"}
     assert set(data["goals"]["core_memory_flat"]["relative_change_max_vs_second_smallest_steps"]) == {"1", "3"}
+    # issue 29's plot list: the figure names both models and their sizes, and its title fits the figure
+    kept = {}
+
+    def keep(fig, path):
+        text = fig._suptitle
+        kept.update(title=text.get_text(), inside=fig.bbox.contains(*text.get_window_extent().p0) and
+                    fig.bbox.contains(*text.get_window_extent().p1))
+
+    monkeypatch.setattr(think_bench, "atomic_save_figure", keep)
+    think_bench.plot_think(data, tmp_path / "again.png")
+    assert f"{data['core']['parameters']:,} parameters" in kept["title"] and "transformer" in kept["title"]
+    assert kept["inside"], "the title is cut at the figure's edges"
 
 
 def test_bench_cli_options():

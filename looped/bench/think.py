@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..infer.decode import SamplingPolicy, decode_loop
+from ..experiments.render import fit_suptitle
 from ..io import atomic_save_figure
 from .common import environment, print_table, summarize, time_once, torch_threads, write_json
 
@@ -353,9 +354,10 @@ def plot_think(result: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     shape, env = result["shape"], result.get("environment", {})
-    fig.suptitle(f"Depth-recurrent core vs chain of thought at inference (d {shape['dim']}, {shape['dtype']}, "
-                 f"{env.get('threads', '?')} threads, torch {env.get('torch', '?')}); solid: core, dashed: CoT",
-                 fontsize=9)
+    fit_suptitle(fig, f"Depth-recurrent core ({result['core']['arch']}, {result['core']['parameters']:,} parameters) "
+                      f"vs chain of thought ({result['cot']['arch']}, {result['cot']['parameters']:,}) at inference "
+                      f"(d {shape['dim']}, {shape['dtype']}, {env.get('threads', '?')} threads, torch "
+                      f"{env.get('torch', '?')}); solid: core, dashed: CoT")
     fig.tight_layout()
     atomic_save_figure(fig, path)
     return path
