@@ -111,7 +111,7 @@ CPU_PLAN = (
     ("graph_hard", "drt", 0.0, SEEDS),
     ("logic", "fixed_transformer", 0.0, SEEDS),
     ("family_decued", "drt", 0.0, SEEDS),
-    *((name, "drt", 0.0, SEEDS[:1]) for name in VARIANTS if name.startswith("logic_") and name != "logic_1.5x"),
+    *((name, "drt", 0.0, SEEDS[:1]) for name, variant in VARIANTS.items() if variant.revert),  # the ablations
     ("logic_1.5x", "drt", 0.0, SEEDS),
     ("family_decued_2x", "drt", 0.0, SEEDS[:1]),
     ("family_decued", "fixed_transformer", 0.0, SEEDS[:1]),
