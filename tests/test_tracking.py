@@ -4,6 +4,7 @@ run continues the same W&B run."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -17,7 +18,13 @@ from looped.train.tracking import ID_FILE  # noqa: E402
 
 
 def offline_runs(out):
+    """W&B's offline session folders, oldest first: `offline-run-<time>-<run id>`, with `-1`, `-2`... appended
+    when two sessions start within the same second."""
     return sorted(p.name for p in (out / "wandb").glob("offline-run-*"))
+
+
+def of_run(folder, run_id):
+    return re.search(rf"-{run_id}(-\d+)?$", folder) is not None
 
 
 def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
@@ -30,12 +37,12 @@ def test_resume_continues_the_same_wandb_run(tmp_path, monkeypatch):
     Trainer(config, out, progress=False, log=lambda _: None).run(stop_after=2)  # "killed" after 2 updates
     run_id = (out / ID_FILE).read_text().strip()
     first = offline_runs(out)
-    assert len(first) == 1 and first[0].endswith(run_id)
+    assert len(first) == 1 and of_run(first[0], run_id)
     Trainer(config, out, resume=True, progress=False, log=lambda _: None).run()
     wandb.teardown()  # stop W&B's background service: everything it holds is now in the .wandb files
     runs = offline_runs(out)
     assert (out / ID_FILE).read_text().strip() == run_id
-    assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs)  # one W&B run, two sessions
+    assert len(runs) == 2 and all(of_run(name, run_id) for name in runs)  # one W&B run, two sessions
     # the resumed session logged the final evaluation (the .wandb log holds each value as its JSON text)
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     records = (out / "wandb" / runs[-1] / f"run-{run_id}.wandb").read_bytes()
