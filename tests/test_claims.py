@@ -92,3 +92,26 @@ def test_a_rows_figure_is_named_once_when_another_condition_quotes_it():
     claim = Claim("s", "p", "sel", lambda: [at_least(*rlt, 35.0), ahead(rlt, plain)])
     ours = claim.evidence()[0]
     assert ours.count("RLT-1 36.3") == 1 and "vs Transformer" in ours, ours
+
+
+def test_a_budget_variant_claim_reads_the_variants_grids_not_the_base_recipes(tmp_path):
+    """The logic claim under 1.5x updates must judge the logic_1.5x runs: reading the base recipe's grids (at
+    80 %) would call a reached bar a miss."""
+    import numpy as np
+
+    from looped.eval.reasoning import AccuracyGrid
+    from looped.experiments.drt import run_name
+    from looped.experiments.drt_claims import drt_claims
+
+    rows = [("logic", 42, 0.80), ("logic_1.5x", 42, 0.95), ("logic_1.5x", 43, 0.96), ("logic_1.5x", 44, 0.97)]
+    with open(tmp_path / "results.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["task", "arch", "alpha", "seed", "status"])
+        for task, seed, _ in rows:
+            writer.writerow([task, "drt", "0.0", seed, "ok"])
+    for task, seed, accuracy in rows:  # depth 14 at T = 10 and 24: the claim takes the lowest
+        grid = AccuracyGrid([10, 24], [14], np.array([[accuracy], [accuracy + 0.01]]), np.array([100]))
+        grid.write_csv(tmp_path / "grids" / f"{run_name(task, 'drt', 0.0, seed)}.csv")
+    found = {c.statement.split(":")[0]: c.evidence() for c in drt_claims(tmp_path)}
+    assert found["Logic"][:2] == ("depth 14 80.0 (n=1)", "no")
+    assert found["Logic, 1.5× our CPU updates"][:2] == ("depth 14, 1.5× updates 96.0 ± 1.0 (n=3)", "yes")

@@ -100,8 +100,10 @@ def drt_claims(out: Path) -> list[Claim]:
 
     eight, eight_budgets = hops(rows, 8)
     logic14 = grid_values(out, rows, "logic", "drt", worst_over(14, 10))
+    logic14_longer = grid_values(out, rows, "logic_1.5x", "drt", worst_over(14, 10))
     family67 = grid_values(out, rows, "family", "drt", best_sufficient((6, 7)))
     decued67 = grid_values(out, rows, "family_decued", "drt", best_sufficient((6, 7)))
+    decued67_longer = grid_values(out, rows, "family_decued_2x", "drt", best_sufficient((6, 7)))
     sufficient = "best over sufficient budgets (T ≥ difficulty)"
     return [
         Claim("Graph: the core extrapolates to unseen path lengths (trained 1–5 hops)", "ID / OOD 100 / 75",
@@ -124,10 +126,18 @@ def drt_claims(out: Path) -> list[Claim]:
         Claim("Logic: ≥ 90 % at depth 14 with T ≥ 10", "≥ 0.90 at depth 14 for every T ≥ 10 (ID / OOD ≈ 100 / ≈ 96)",
               "depth 14, the lowest accuracy over T = 10–24 per seed (every budget the claim covers); bar 90 "
               "(the paper's own)", lambda: [at_least("depth 14", logic14, 90.0)]),
+        # Our CPU schedule is shorter than the paper's and a seed was still rising when it ended: the same claim
+        # under 1.5x the updates tells a budget shortfall from a recipe that cannot get there.
+        Claim("Logic, 1.5× our CPU updates: ≥ 90 % at depth 14 with T ≥ 10", "≥ 0.90 at depth 14 for every T ≥ 10",
+              "recipe logic_1.5x (the CPU logic recipe, schedule 1.5× longer); selection and bar as above",
+              lambda: [at_least("depth 14, 1.5× updates", logic14_longer, 90.0)]),
         Claim("Family: above chance beyond the trained depths (2–5)", "depths 6–7 ≈ 66",
               f"mean of depths 6 and 7, {sufficient}; bar 58 (halfway 50 → 66); the paper's generator, "
               "then the de-cued one", lambda: [at_least("family 6–7", family67, halfway(50, 66)),
                                                at_least("de-cued 6–7", decued67, halfway(50, 66))]),
+        Claim("Family (de-cued), 2× our CPU updates: above chance at depths 6–7", "depths 6–7 ≈ 66",
+              "recipe family_decued_2x (one seed: a budget probe); selection and bar as above",
+              lambda: [at_least("de-cued 6–7, 2× updates", decued67_longer, halfway(50, 66))]),
         Claim("Untrained depth-embedding rows do not matter (graph)", "≤ 0.5 points change beyond the trained range",
               "largest change of OOD accuracy when untrained rows are zeroed / copied / re-drawn; bar 0.5 points",
               lambda: [at_most("max change", [x for r in rows if r["task"] == "graph" and r["arch"] == "drt"
