@@ -144,3 +144,18 @@ def test_a_comparison_title_names_each_run(tmp_path):
     lines = curves_figure([a, b])[0]._suptitle.get_text().splitlines()
     assert lines[0].startswith("a: transformer, ") and lines[0].endswith("raw (novel.txt)")
     assert lines[1].startswith("b: transformer, ") and lines[1].endswith("task parity")
+
+
+def test_an_addition_run_is_plotted_by_its_headline_not_its_always_right_final_state(tmp_path):
+    """Addition's final "state" is the EOS, right from the first updates: plotting it by default would show a flat
+    100 % curve for a model that cannot add."""
+    from looped.eval.curves import curves_figure
+
+    run = tmp_path / "add"
+    run.mkdir()
+    lines = [{"step": 10, "loss": 2.0}, {"step": 20, "loss": 1.5},
+             {"step": 20, "val_loss": 1.6, "val_final_state_accuracy": 1.0, "val_prefix_token_accuracy": 0.3}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    write_config(run, kind="sequence", name="addition")
+    _, summary = curves_figure([run])
+    assert "val_prefix_token_accuracy" in summary and "val_final_state_accuracy" not in summary

@@ -8,7 +8,7 @@ import csv
 
 import pytest
 
-from looped.experiments.study import run_study
+from looped.experiments.study import run_study, status
 from looped.experiments.results import OVERRIDES, ResultTable, check_same_settings, overrides_text
 
 TINY = {"model": {"dim": 16, "heads": 2, "ffn_dim": 16}, "task": {"validation_size": 8},
@@ -31,6 +31,13 @@ def test_a_second_budget_is_refused_and_the_first_is_recorded_and_reported(tmp_p
     with pytest.raises(ValueError, match="train.max_steps=2.*train.max_steps=3"):
         study(out, runs, seed=43, max_steps=3)  # would average a 2-update and a 3-update run as n = 2
     assert len(list(csv.DictReader(open(out / "results.csv")))) == 1
+    # --status with the same --set says the run would be refused, not just "to do"
+    select = {"task": ("parity",), "row": ("baseline",), "seed": (42, 43)}
+    other = status("rlt", out, runs, select=select, overrides={**TINY, "train": {**TINY["train"], "max_steps": 3}},
+                   test_size=4, test_lengths={"parity": [32]})
+    assert "to do  parity / 43 / baseline" in other and "refused: " in other and "train.max_steps=3" in other
+    same = status("rlt", out, runs, select=select, overrides=TINY, test_size=4, test_lengths={"parity": [32]})
+    assert "refused" not in same
 
 
 def test_older_tables_without_the_column_load_and_keep_their_format(tmp_path):

@@ -80,7 +80,8 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
     flags = {flag.name: getattr(args, flag.name) for flag in spec.flags}
     out, runs = study_folders(args.out, args.runs, spec.folder_name(args.scale, flags))
     if args.status:
-        print(engine.status(spec, out, runs, scale=args.scale, select=select, **flags), end="")
+        print(engine.status(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
+                            **flags), end="")
         return 0
     if args.report:
         engine.write_report(spec, engine.build(spec, out, runs, scale=args.scale, **flags), args.scale)

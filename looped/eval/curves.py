@@ -63,10 +63,12 @@ def series(lines: list[dict], metric: str, x: str) -> tuple[list[float], list[fl
     return xs, ys
 
 
-def default_metrics(runs: dict[str, list[dict]]) -> list[str]:
+def default_metrics(runs: dict[str, list[dict]], preferred: tuple[str, ...] = ()) -> list[str]:
+    """The losses and one headline score every run logged: the runs' own task's headline first (`preferred`;
+    addition: prefix-token accuracy, since its final "state" is the always-right EOS), else HEADLINE's order."""
     present = set.intersection(*(available(lines) for lines in runs.values()))
     chosen = [m for m in ("loss", "val_loss") if m in present]
-    chosen += [m for m in HEADLINE if m in present][:1]
+    chosen += [m for m in (*preferred, *HEADLINE) if m in present][:1]
     return chosen or sorted(present)[:1]
 
 
@@ -119,14 +121,14 @@ def curves_figure(runs: list[Path], *, metrics: list[str] | None = None, x: str 
     data = dict(zip(labels or labels_for(runs), (run_metrics(Path(r)) for r in runs)))
     if len(data) != len(runs):
         raise CurveError("--labels: two runs have the same label")
-    metrics = metrics or default_metrics(data)
+    described = {label: describe_run(Path(run)) for label, run in zip(data, runs)}
+    metrics = metrics or default_metrics(data, tuple(d["headline"] for d in described.values() if d and d["headline"]))
     for label, lines in data.items():
         if not any(x in line for line in lines):  # runs from before the field, or tasks without a fixed count
             raise CurveError(f"{label}: its metrics carry no {x!r} to plot against (--x step works for every run)")
         missing = [m for m in metrics if m not in available(lines)]
         if missing:
             raise CurveError(f"{label}: no metric {missing[0]!r} (it has: {', '.join(sorted(available(lines)))})")
-    described = {label: describe_run(Path(run)) for label, run in zip(data, runs)}
 
     import matplotlib
     matplotlib.use("Agg")

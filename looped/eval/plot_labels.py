@@ -72,17 +72,22 @@ def data_name(config: dict) -> str:
     return f"{corpus} ({Path(files[0]).name}{' ...' if len(files) > 1 else ''})" if files else corpus
 
 
-def chance_level(config: dict) -> float | None:
-    """The accuracy of a uniform guess for a sequence task that states one (parity 0.5, s5 1/120), else None."""
+def sequence_task_fact(config: dict, name: str):
+    """Attribute `name` of a sequence task's class (chance_accuracy, primary_metric), None for other runs."""
     task = config.get("task") or {}
     if task.get("kind") != "sequence":
         return None
     from ..data.tasks import get_task
 
     try:
-        chance = getattr(get_task(task.get("name", "parity")), "chance_accuracy", None)
+        return getattr(get_task(task.get("name", "parity")), name, None)
     except ValueError:
         return None
+
+
+def chance_level(config: dict) -> float | None:
+    """The accuracy of a uniform guess for a sequence task that states one (parity 0.5, s5 1/120), else None."""
+    chance = sequence_task_fact(config, "chance_accuracy")
     return float(chance) if chance else None
 
 
@@ -95,5 +100,6 @@ def describe_run(run: Path) -> dict | None:
     size = f"{params:,} parameters" if params is not None else "parameters unknown"
     start = (config.get("train") or {}).get("init_from")
     tuned = f", fine-tuned from {start}" if start else ""
+    primary = sequence_task_fact(config, "primary_metric")
     return {"text": f"{config['model'].get('arch', '?')}, {size}, {data_name(config)}{tuned}",
-            "chance": chance_level(config)}
+            "chance": chance_level(config), "headline": f"val_{primary}" if primary else None}

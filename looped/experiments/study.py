@@ -487,12 +487,18 @@ def build(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", o
 
 
 def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
-           log=lambda message: None, **options) -> str:
-    """`looped reproduce NAME --status`: every planned run as done / failed / to do (trains nothing)."""
+           overrides: dict | None = None, log=lambda message: None, **options) -> str:
+    """`looped reproduce NAME --status [--set K=V]`: every planned run as done / failed / to do (trains nothing),
+    and why a run with these --set overrides would be refused."""
     spec = get_study(spec) if isinstance(spec, str) else spec
-    study = build(spec, out, runs, scale=scale, **options)
+    study = build(spec, out, runs, scale=scale, overrides=overrides, **options)
     plan = runnable(study, plan_keys(spec, scale, select), log)
-    return status_report(study.results, plan, f"{spec.name} {scale}") + retrain_status(study, plan)
+    try:
+        check_same_settings(study.results, overrides_text(overrides))
+        refused = ""
+    except ValueError as error:
+        refused = f"refused: {error}\n"
+    return status_report(study.results, plan, f"{spec.name} {scale}") + refused + retrain_status(study, plan)
 
 
 def retrain_status(study: Study, plan: list[dict]) -> str:
