@@ -55,3 +55,15 @@ def test_overrides_that_change_nothing_computed_do_not_split_a_table():
     assert overrides_text({"train": {"threads": 2, "log_every": 5}}) == ""
     assert overrides_text({"train": {"threads": 2, "max_steps": 3}, "optim": {"lr": 0.01}}) == \
         "optim.lr=0.01; train.max_steps=3"
+
+
+def test_compiled_runs_join_the_recipes_table_and_their_machine_cell_says_compiled(tmp_path):
+    """Compilation changes the wall time, not what a run computes: it must not split a table (refusing a compiled
+    seed beside eager ones), but a reader of the minutes column must see which rows ran compiled."""
+    assert overrides_text({"train": {"compile": True}}) == ""
+    table = ResultTable(tmp_path / "results.csv", ["task", "seed", "machine"], ["task", "seed"])
+    table.add({"task": "parity", "seed": 42})
+    table.execution = "compiled"
+    table.add({"task": "parity", "seed": 43})
+    eager, compiled = (row["machine"] for row in csv.DictReader(open(tmp_path / "results.csv")))
+    assert compiled == f"{eager}; compiled" and "compiled" not in eager

@@ -36,6 +36,7 @@ class ResultTable:
         self.path, self.columns, self.key, self.extra = Path(path), columns, key, tuple(extra)
         self.rows: list[dict] = []
         self.stamp: dict = {}
+        self.execution = ""  # how the next rows ran beyond `machine()` ("compiled"); the runner sets it per run
         self._header: list[str] = []
         self.reload()
 
@@ -68,7 +69,8 @@ class ResultTable:
         if not rows:
             return
         if "machine" in self.columns:
-            rows = [{"machine": machine(), **row} for row in rows]
+            ran_on = machine() + (f"; {self.execution}" if self.execution else "")
+            rows = [{"machine": ran_on, **row} for row in rows]
         keys = {tuple(str(row[k]) for k in self.key) for row in rows}
         with exclusive_lock(self.path.parent / f".{self.path.name}.lock"):
             self.reload()
@@ -169,9 +171,11 @@ def run_label(key: dict) -> str:
     return " / ".join(str(v) for v in key.values())
 
 
-# --set keys that change how a run is executed or logged, not what it computes: left out of a row's overrides
+# --set keys that change how a run is executed or logged, not what it computes: left out of a row's overrides.
+# train.compile is one (compiled ≡ eager loss and gradients within 1e-5, `pytest -m compile`); a compiled run's
+# machine cell says "compiled", since its wall time is not an eager run's.
 NEUTRAL_KEYS = frozenset(f"train.{k}" for k in ("threads", "device", "log_every", "tensorboard", "wandb",
-                                                 "eval_batch_size", "checkpoint_every", "parallel"))
+                                                 "eval_batch_size", "checkpoint_every", "parallel", "compile"))
 
 
 def overrides_text(overrides: dict | None, prefix: str = "") -> str:

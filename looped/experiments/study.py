@@ -551,6 +551,7 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
         check_same_settings(study.results, settings)
         log(f"== {study.label(key) if hasattr(study, 'label') else f'{title}: {run_label(key)}'}")
         config, folder = study.config(key), study.folder(key)
+        study.results.execution = "compiled" if getattr(getattr(config, "train", None), "compile", False) else ""
         run = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress, log)
         if run is not None:
             if getattr(study, "curves", None) is not None:  # the training loss, kept past the run folder
