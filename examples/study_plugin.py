@@ -22,7 +22,8 @@ from looped.eval.lengths import evaluate_lengths
 from looped.experiments.render import groups, heading, key, markdown, percent_of, table, write_table
 from looped.experiments.report import cell
 from looped.experiments.results import study_results
-from looped.experiments.study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
+from looped.experiments.recipes import Recipe
+from looped.experiments.study import Axis, RunSummary, StudyBase, StudySpec, register_study
 from looped.train import RunConfig, load_model
 from looped.train import checkpoint as ckpt
 from looped.train.config import recipe_config

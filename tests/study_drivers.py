@@ -11,6 +11,7 @@ runs them over the registry, so a study added by registering (a plugin included)
 
 from __future__ import annotations
 
+import copy
 import csv
 import shutil
 from pathlib import Path
@@ -24,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 def toy(name: str, tmp_path: Path) -> dict:
     spec = engine.get_study(name)
     assert spec.toy is not None, f"study {name} declares no toy setting for the shared drivers"
-    return spec.toy(tmp_path)
+    # a dict, or a function that writes its toy data under tmp_path first; a fresh copy either way (callers edit it)
+    return spec.toy(tmp_path) if callable(spec.toy) else copy.deepcopy(spec.toy)
 
 
 def _rows(path: Path) -> list[dict]:

@@ -3,7 +3,7 @@
 import csv
 import json
 
-from looped.experiments import clw, clw_study
+from looped.experiments import clw, clw_study, figures
 from looped.experiments import study as engine
 
 from helpers import write_text_corpus
@@ -19,8 +19,8 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     kwargs = dict(select={"seed": (11,), "row": ("plain", "workspace")}, overrides=tiny, progress=False,
                   log=lambda m: None)
     out, runs = tmp_path / "results", tmp_path / "runs"
-    drawn, draw = {}, clw_study.plot  # each figure's panel titles and suptitle, then drawn as usual
-    monkeypatch.setattr(clw_study, "plot", lambda path, spec, rows, panel_rows, **kw: drawn.update(
+    drawn, draw = {}, figures.plot  # each figure's panel titles and suptitle, then drawn as usual
+    monkeypatch.setattr(figures, "plot", lambda path, spec, rows, panel_rows, **kw: drawn.update(
         {path.name: (list(panel_rows), kw.get("title"))}) or draw(path, spec, rows, panel_rows, **kw))
     engine.run_study("clw", out, runs, **kwargs)
     for name in ("nll.png", "rounds.png", "early_exit.png", "positions.png"):  # what, how large, on what data

@@ -4,16 +4,22 @@ data. Each test is the failure a paper would otherwise have to guard against its
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 import torch
 
 from looped.data.tasks.base import ReasoningBatch
-from looped.experiments.figures import Dots, Lines, plot, with_parameters
-from looped.experiments.render import Column, Group, at_cost, part, relative_change
-from looped.experiments.report import by_difficulty, interval, read_interval
+from looped.experiments.figures import Dots, Figure, Lines, curve_figures, plot, reference_line, with_parameters
+from looped.experiments.recipes import Recipe
+from looped.experiments.render import (Column, Group, at_cost, fewest, groups, inline, ints, joined_spread, key,
+                                       labelled_tables, listed, noting_failures, part, relative_change,
+                                       relative_changes, shows_beyond)
+from looped.experiments.report import by_difficulty, interval, paper_figure, read_interval
 from looped.experiments.results import ResultTable
-from looped.experiments.retrain import Reproduction
-from looped.experiments.study import Axis, RunSummary, StudyBase, grouped_plan, unit_interval
+from looped.experiments.retrain import Reproduction, retrains_note, retrains_table
+from looped.experiments.study import Axis, Backfill, RunSummary, StudyBase, grouped_plan, unit_interval
 
 AXES = (Axis("task", "tasks", ("graph",)), Axis("alpha", "alphas", ("0.0",), cell=unit_interval),
         Axis("seed", "seeds", (42,), cell=int))
@@ -52,10 +58,17 @@ def test_the_cells_every_results_row_records_and_a_curve_where_the_last_log_of_a
         def parameter_counts(self):
             return {"total": 1234}
 
-    run = RunSummary(folder=None, seconds=12.34, updates=50, best_step=40, targets=0, evaluations=(),
+    evaluations = ({"step": 20, "val_loss": 1.5, "val_accuracy": 0.75},
+                   {"step": 40, "val_loss": 2.0, "val_accuracy": 0.5})
+    run = RunSummary(folder=None, seconds=12.34, updates=50, best_step=20, targets=0, evaluations=evaluations,
                      losses=((10, 2.5), (20, 2.0)))
-    assert run.cells(Model()) == {"parameters": 1234, "updates": 50, "best_step": 40, "train_seconds": "12.3",
-                                  "status": "ok"}
+    # the selected checkpoint's validation (step 20), not the last; no scoring clock: no eval_seconds
+    assert run.cells(Model()) == {"parameters": 1234, "updates": 50, "best_step": 20, "train_seconds": "12.3",
+                                  "seconds_per_update": "0.247", "eval_seconds": "", "val_loss": "1.500000",
+                                  "val_accuracy": "0.750000", "status": "ok"}
+    scored = dataclasses.replace(run, scoring_since=time.perf_counter() - 2.0).cells(Model())  # as the engine hands it
+    assert 2.0 <= float(scored["eval_seconds"]) < 60
+    assert RunSummary(None, 0.0, 0, None, 0, ()).cells(Model())["seconds_per_update"] == ""  # resumed finished: unknown
     assert run.curve({"row": "plain"}) == [{"row": "plain", "step": 10, "loss": "2.500000"},
                                            {"row": "plain", "step": 20, "loss": "2.000000"}]
 
@@ -112,3 +125,105 @@ def test_figures_draw_a_line_per_row_and_a_dot_per_seed(tmp_path):
     assert (tmp_path / "dots.png").read_bytes()[:4] == b"\x89PNG"
     assert with_parameters("c sample", rows) == "c sample, 1,000–1,000 parameters"
     assert with_parameters("c sample", []) == "c sample"
+
+
+def test_columns_over_another_table_list_every_seed_and_note_failed_runs(tmp_path):
+    results = [{"task": "p", "row": "a", "seed": "1", "best_step": "40", "status": "ok"},
+               {"task": "p", "row": "a", "seed": "2", "best_step": "60", "status": "ok"},
+               {"task": "p", "row": "a", "seed": "3", "status": "failed: nan"}]
+    lengths = ResultTable(tmp_path / "lengths.csv", ["task", "row", "seed", "length", "accuracy"],
+                          ["task", "row", "seed", "length"])
+    lengths.add_many([{"task": "p", "row": "a", "seed": s, "length": n, "accuracy": a}
+                      for s, n, a in ((1, 8, 0.5), (2, 8, 0.7), (3, 8, 0.0), (1, 16, 0.25))])  # seed 3 failed
+    [group] = groups(results, ("row",), task="p")
+    # the failed seed's rows of the other table are not averaged in; a length only seed 1 reached says n=1
+    assert joined_spread("8", lengths, "accuracy", 1, 100, length=8).cell(group) == "60.0 ± 14.1 (n=2)"
+    assert joined_spread("16", lengths, "accuracy", 1, 100, length=16).cell(group) == "25.0 (n=1)"
+    assert joined_spread("32", lengths, "accuracy", length=32).cell(group) == "–"
+    assert listed("best step", "best_step").cell(group) == "40, 60"
+    assert noting_failures(key("row")).cell(group) == "a (1 failed)"
+    assert noting_failures(key("row"), counted=False).cell(group) == "a (some runs failed)"
+    assert noting_failures(key("row")).align == key("row").align
+    clean = Group({"row": "b"}, results[:1], [])
+    assert noting_failures(key("row")).cell(clean) == "b" and listed("s", "seed").cell(Group({}, [], [])) == "–"
+
+
+def test_bucket_columns_sentences_and_the_lines_a_table_keeps():
+    runs = [{"row": "a", "seed": s, "first": f, "last": last} for s in (1, 2) for f, last in ((1, 1), (2, 3))]
+    assert fewest("n", ints("first", "last")).cell(Group({"row": "a"}, runs[:-1], [])) == "1"  # one bucket lacks seed 2
+    assert ints("first", "last")(runs[1]) == (2, 3)
+    rows = [Group({"row": "a"}, [{"x": "0.5"}], []), Group({"row": "b"}, [], [])]
+    assert inline(rows, lambda g: g["row"].upper(), Column("x", lambda g: g.runs[0]["x"] if g.runs else "–")) == \
+        "A 0.5, B –"
+    keep = shows_beyond(1)
+    assert keep(["a", "–", "1.0"]) and not keep(["a", "–", "–"])
+    columns = [key("row"), Column("x", lambda g: "–")]
+    assert part("Exit", columns, rows, keep=keep) == ["", "## Exit", "", "| row | x |", "|---|---:|"]
+    assert labelled_tables([("enwik8", ["| t |"]), ("empty", []), ("kjv", ["| u |"])]) == \
+        ["enwik8:", "", "| t |", "", "kjv:", "", "| u |"]
+    ppl = [{"corpus": c, "row": r, "ppl": str(p)} for c, r, p in (("e", "ws", 3), ("e", "plain", 4), ("t", "plain", 2))]
+    # a corpus whose reference row has no mean gets no line (t)
+    assert relative_changes(ppl, "ppl", "ws", [("ws",), ("plain",)], "corpus", ("e", "t")) == \
+        ["- e: vs plain -25.00 %"]
+
+
+def test_a_papers_figure_beside_ours():
+    assert paper_figure((91.16, 6.09), 2) == "91.16 ± 6.09"
+    assert paper_figure((9.3, None), 2) == "9.30" and paper_figure(3.8968, 4) == "3.8968"
+    assert paper_figure(None) == "–" and paper_figure(None, 2, "not reported") == "not reported"
+
+
+def test_figures_as_data_draw_nothing_without_rows_and_every_curve_per_panel_and_seed(tmp_path):
+    spec = Lines("loss", lambda r: int(r["step"]), ("a",), "update", "loss", touch=reference_line(2, top=1.5))
+    Figure("empty", spec).draw(tmp_path, [], {"c": {"corpus": "c"}})
+    assert not (tmp_path / "empty.png").exists(), "a figure of a sweep not run yet was drawn"
+    curves = [{"corpus": c, "row": "a", "seed": s, "step": n, "loss": str(9 - n)} for c in ("e", "t") for s in (1, 2)
+              for n in (1, 2, 3)]
+    results = [{"corpus": "e", "row": "a", "seed": 1, "parameters": "10", "status": "ok"}]
+    titles = []
+    curve_figures(tmp_path, spec, curves, results, "corpus", "{corpus}, seed {seed}",
+                  lambda runs: titles.append(len(runs)) or "t")
+    assert sorted(p.name for p in tmp_path.glob("curves_*.png")) == \
+        ["curves_e_seed1.png", "curves_e_seed2.png", "curves_t_seed1.png", "curves_t_seed2.png"]
+    assert titles == [1, 0, 0, 0]  # each figure's title sees the finished runs it shows (its corpus and seed)
+
+
+def test_a_recipe_header_is_one_comment_line_each():
+    recipe = Recipe.commented("cpu/a.yaml", {"model": {}}, "what it is", "looped train configs/x/cpu/a.yaml")
+    assert recipe.header == "# what it is\n# looped train configs/x/cpu/a.yaml\n"
+
+
+def test_a_config_is_built_once_per_run_and_an_error_again_each_time(tmp_path):
+    study, built = StudyBase(tmp_path, tmp_path / "runs"), []
+    assert study.config_once({"seed": 1}, lambda: built.append(1) or "config") == "config"
+    assert study.config_once({"seed": "1"}, lambda: built.append(2) or "other") == "config"  # the CSV's '1' is run 1
+    assert built == [1]
+
+    def fails():
+        built.append(3)
+        raise ValueError("no such pair")
+
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            study.config_once({"seed": 2}, fails)
+    assert built == [1, 3, 3]
+
+
+def test_the_report_says_what_retrain_owed_did(tmp_path):
+    study = StudyBase(tmp_path, tmp_path / "runs")
+    study.results = ResultTable(tmp_path / "results.csv", ["row", "seed", "status"], ["row", "seed"])
+    study.backfills = (Backfill("by position", study.results, lambda key, last: None),
+                       Backfill("early exit", study.results, lambda key, last: None))
+    assert retrains_note(study, "x") == []
+    retrains_table(study).add_many([
+        {"row": "a", "seed": 1, "figure": "bits/byte", "difference": "-0.000002", "tolerance": "0.001",
+         "verdict": "reproduces"},
+        {"row": "b", "seed": 1, "figure": "bits/byte", "difference": "+0.000005", "tolerance": "0.001",
+         "verdict": "reproduces"},
+        {"row": "c", "seed": 1, "figure": "bits/byte", "difference": "+0.010000", "tolerance": "0.001",
+         "verdict": "does not reproduce"}])
+    [blank, note] = retrains_note(study, "x")
+    assert blank == "" and note.startswith("Trained again because the run folder was gone and a later score (by "
+                                           "position, early exit) was owed (`looped reproduce x --scale cpu "
+                                           "--retrain-owed`): ")
+    assert "3 run(s), 2 reproducing their row's bits/byte within 0.001 (largest difference 0.000005)" in note

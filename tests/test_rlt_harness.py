@@ -11,6 +11,8 @@ import pytest
 import torch
 import yaml
 
+import study_drivers
+
 from looped.config import ConfigError
 from looped.data.tasks.s5 import PERMUTATION_TOKEN_BASE, _THEN
 from looped.data.tasks.vocabulary import BOS, EOS, ZERO
@@ -376,7 +378,7 @@ def test_shipped_recipes_carry_the_papers_settings():
 def test_study_scores_every_length_and_shuffled_feedback_for_feedback_rows_only(tmp_path):
     from looped.experiments import study
 
-    toy = study.get_study("rlt").toy(tmp_path)  # parity, RLT-1 and the Transformer, 2 updates, lengths 32 and 64
+    toy = study_drivers.toy("rlt", tmp_path)  # parity, RLT-1 and the Transformer, 2 updates, lengths 32 and 64
     out, runs = tmp_path / "results", tmp_path / "runs"
     study.run_study("rlt", out, runs, select=toy["select"], overrides=toy["overrides"], progress=False, log=quiet,
                     **toy["options"])

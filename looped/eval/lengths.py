@@ -136,6 +136,18 @@ def aggregate_over_seeds(records: Iterable[dict], *, keys: Sequence[str] = ("row
     return out
 
 
+def plot_length_rows(ax, rows: Iterable[dict], task: AlgorithmicTask | str, *, metric: str, title: str,
+                     labels: dict[str, str], colors: dict[str, str], variant: str | None = None) -> None:
+    """One panel of plot_length_curves from per-seed rows read back from a CSV (text cells, as a study's
+    lengths.csv keeps evaluate_lengths' records): the mean ± SD over seeds of each row, the rows in `colors`
+    order (then any other, by name), so a row keeps its colour in every panel."""
+    points = aggregate_over_seeds({**r, "length": int(r["length"])} for r in rows)
+    present = {r["row"] for r in points}
+    order = [row for row in colors if row in present] + sorted(present - set(colors))
+    plot_length_curves(points, task, None, metric=metric, labels=labels, title=title, ax=ax, variant=variant,
+                       rows=order, colors=colors)
+
+
 def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path: str | Path, *,
                        metric: str = "final_state_accuracy", rows: Sequence[str] | None = None,
                        labels: dict[str, str] | None = None, title: str | None = None,
@@ -192,4 +204,4 @@ def plot_length_curves(table: Sequence[dict], task: AlgorithmicTask | str, path:
 
 
 __all__ = ["METRICS", "aggregate_over_seeds", "evaluate_lengths", "length_average", "length_grid", "widest_row",
-           "mean_sd", "plot_length_curves", "test_rows"]
+           "mean_sd", "plot_length_curves", "plot_length_rows", "test_rows"]

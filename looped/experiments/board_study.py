@@ -29,9 +29,10 @@ from ..train.reasoning import TestSets
 from . import board
 from .board_report import write_report
 from .board_scores import score_lm, score_reasoning, score_sequence, trained_depth, training_flops
+from .recipes import Recipe
 from .report import cell
 from .results import ResultTable, study_results
-from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
+from .study import Axis, RunSummary, StudyBase, StudySpec, register_study
 
 KEY = ["seed", "task", "family"]
 COLUMNS = [*KEY, "arch", "parameters", "dim", "updates", "training_flops", "score", "trained_depth",

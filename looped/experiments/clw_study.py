@@ -17,18 +17,21 @@ from ..train import checkpoint as ckpt
 from ..train.config import recipe_config
 from . import clw
 from .clw_claims import CLAIMS
-from .figures import Dots, Lines, plot, with_parameters
+from .figures import Dots, Figure, Lines, curve_figures, reference_line, training_curves, with_parameters
 from .lm_scores import heldout_scorer, position_rows, score_cells, sweep_rows
-from .render import (Column, at_cost, buckets, groups, heading, key, markdown, matching, mean, mean_of, minutes_per_run,
-                     parameters, relative_change, section, spread_of, table, write_table)
-from .report import MISSING, cell, figure, finished
+from .recipes import Recipe
+from .render import (Column, at_cost, fewest, groups, heading, ints, key, labelled_tables, markdown, matching, mean,
+                     mean_of, minutes_per_run, parameters, part, relative_changes, section, shows_beyond, spread_of,
+                     table, write_table)
+from .report import cell, figure, finished
 from .results import ResultTable, study_results
-from .retrain import Reproduction, retrains_table
-from .study import REPRODUCES, Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, register_study
+from .retrain import Reproduction, retrains_note
+from .study import Axis, Backfill, Flag, RunSummary, StudyBase, StudySpec, register_study
 
 COLUMNS = ["corpus", "row", "arch", "seed", "parameters", "targets", "nll", "ppl", "bits_per_byte",
            "heldout_targets", "train_seconds", "updates", "status", "machine"]
 EXIT_THRESHOLDS = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
+EXIT_SWEEP = {"column": "threshold", "values": EXIT_THRESHOLDS, "setting": "exit_threshold"}  # early_exit.csv
 TEST_ROUNDS = tuple(range(1, 9))
 # A retrained run reproduces its row when its held-out bits/byte is within this of the row's (absolute). The
 # recipes are seeded and run on one thread: a rerun on the machine that trained the row matched to ~1e-6; this is
@@ -43,11 +46,6 @@ PAPER_SMALL_PPL = {("enwik8", "workspace"): 3.8968, ("enwik8", "conditioned_dens
 
 def results_table(out: Path) -> ResultTable:
     return study_results(out, COLUMNS, ["corpus", "row", "seed"])
-
-
-def exit_rows(key: dict, score) -> list[dict]:
-    """early_exit.csv's rows of a looped run: its held-out scores at every early-exit threshold."""
-    return sweep_rows(key, score, "threshold", EXIT_THRESHOLDS, setting="exit_threshold")
 
 
 class ClwStudy(StudyBase):
@@ -67,7 +65,7 @@ class ClwStudy(StudyBase):
             Backfill("by position", self.positions, lambda key, last: self.positions.add_many(
                 position_rows(key, heldout_scorer(last)[2](by_position=True)["by_position"]))),
             Backfill("early exit", self.exits,
-                     lambda key, last: self.exits.add_many(exit_rows(key, heldout_scorer(last)[2])),
+                     lambda key, last: self.exits.add_many(sweep_rows(key, heldout_scorer(last)[2], **EXIT_SWEEP)),
                      owed=lambda key: key["row"] in clw.LOOPED_ROWS and not self.exits.has(**key)),
             self.keep_curves())
 
@@ -93,28 +91,21 @@ class ClwStudy(StudyBase):
         self.positions.add_many(position_rows(key, whole["by_position"]))
         if key["row"] in clw.LOOPED_ROWS:
             self.by_rounds.add_many(sweep_rows(key, score, "rounds", TEST_ROUNDS))
-            self.exits.add_many(exit_rows(key, score))
+            self.exits.add_many(sweep_rows(key, score, **EXIT_SWEEP))
         self.results.add({**key, **run.cells(model), "arch": config.model.arch, "targets": run.targets,
                           **score_cells(whole), "ppl": cell(whole["ppl"]), "heldout_targets": whole["targets"]})
 
     def report(self) -> None:
         tables = (self.results, self.by_rounds, self.exits, self.positions)
         write_table(self.out, tables, lambda: table_markdown(self.results, self.exits, self.positions,
-                                                             retrains_table(self)))
+                                                             retrains_note(self, "clw")))
         done = finished(self.results.rows)
         # every panel names its corpus and the parameter counts of the rows it shows
         corpora = {with_parameters(f"{c} sample", finished(done, corpus=c)): {"corpus": c} for c in clw.CORPORA}
-        if self.results.rows:
-            plot(self.out / "nll.png", NLL, done, corpora, size=(5.5, 4), title_size=10)
-        for name, scores in zip(FIGURES, tables[1:]):
-            if scores.rows:
-                plot(self.out / f"{name}.png", FIGURES[name], scores.rows, corpora, size=(5.5, 4), title_size=10,
-                     title=FIGURE_TITLES[name])
-        for corpus, seed in sorted({(r["corpus"], int(r["seed"])) for r in self.curves.rows}):
-            title = with_parameters("Training loss of every row with a recorded curve (CPU recipe",
-                                    finished(done, corpus=corpus, seed=seed)) + ")"
-            plot(self.out / f"curves_{corpus}_seed{seed}.png", CURVES, self.curves.rows,
-                 {f"{corpus} sample, seed {seed}": {"corpus": corpus, "seed": seed}}, size=(6.5, 4.2), title=title)
+        for drawn, rows in zip(FIGURES, (done, *(scores.rows for scores in tables[1:]))):
+            drawn.draw(self.out, rows, corpora)
+        curve_figures(self.out, CURVES, self.curves.rows, done, "corpus", "{corpus} sample, seed {seed}", lambda runs:
+                      with_parameters("Training loss of every row with a recorded curve (CPU recipe", runs) + ")")
 
 
 # --- report -----------------------------------------------------------------------------------------------
@@ -127,6 +118,10 @@ EXIT_CAPTION = ("A position stops refining once successive rounds' next-byte dis
                 "blocks of 512; the exit decision is per position, so the batch size does not change the result). "
                 "Mean over the seeds with an early-exit sweep.")
 ROW_KEYS = [(row,) for row in clw.ROWS]  # the table lines in the paper's order
+SPAN = ints("first", "last")  # a position bucket of positions.csv
+EXIT_KEYS = [(corpus, row) for corpus in clw.CORPORA for row in clw.LOOPED_ROWS]
+EXIT_COLUMNS = [key("corpus"), key("row"),  # held-out bits/byte @ mean rounds used at each early-exit threshold
+                *(at_cost(f"TV < {t:g}", "bits_per_byte", "mean_rounds_used", threshold=t) for t in EXIT_THRESHOLDS)]
 POSITION_CAPTION = ("Target positions 1..512 of each held-out block in doubling buckets; mean over the seeds scored "
                     "(n). A row whose numbers fall from left to right uses the context it has read.")
 ROW_COLUMNS = [key("row"), parameters(), minutes_per_run("minutes per run (median, both corpora)"),
@@ -137,82 +132,44 @@ ROW_COLUMNS = [key("row"), parameters(), minutes_per_run("minutes per run (media
 
 
 def table_markdown(results: ResultTable, exits: ResultTable | None = None, positions: ResultTable | None = None,
-                   retrains: ResultTable | None = None) -> str:
+                   notes: list[str] = ()) -> str:
     lines = [*heading("Seed 000 rows at CPU scale (small budget widths)", results.rows, CAPTION),
              *table(ROW_COLUMNS, groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
-             "", "Relative change in mean PPL against the workspace row (negative = workspace better):", ""]
-    for corpus in clw.CORPORA:
-        if change := relative_change(groups(results.rows, ("row",), order=ROW_KEYS, corpus=corpus), "ppl", "workspace"):
-            lines.append(f"- {corpus}: {change}")
-    if exits is not None and exits.rows:
-        lines += ["", *section("Early exit at inference", early_exit_table(exits), EXIT_CAPTION)]
+             "", "Relative change in mean PPL against the workspace row (negative = workspace better):", "",
+             *relative_changes(results.rows, "ppl", "workspace", ROW_KEYS, "corpus", clw.CORPORA)]
+    if exits is not None:
+        exit_groups = groups(exits.rows, ("corpus", "row"), order=EXIT_KEYS)
+        lines += part("Early exit at inference", EXIT_COLUMNS, exit_groups, EXIT_CAPTION, keep=shows_beyond(2))
     if positions is not None and positions.rows:
-        lines += ["", *section("Held-out bits/byte by position in the block", positions_tables(positions),
-                               POSITION_CAPTION)]
-    return markdown(lines + (retrain_lines(retrains.rows) if retrains is not None else []))
+        by_corpus = labelled_tables((c, positions_table(positions, c)) for c in clw.CORPORA)
+        lines += ["", *section("Held-out bits/byte by position in the block", by_corpus, POSITION_CAPTION)]
+    return markdown([*lines, *notes])
 
 
-def retrain_lines(retrains: list[dict]) -> list[str]:
-    """What `--retrain-owed` did for the scores above: runs trained again (their folders were gone), checked."""
-    if not retrains:
-        return []
-    held = [abs(float(r["difference"])) for r in retrains if r["verdict"] == REPRODUCES]
-    largest = f" (largest difference {max(held):.6f})" if held else ""
-    return ["", f"Trained again because the run folder was gone and a later score (by position, early exit, training "
-                f"curve) was owed (`looped reproduce clw --scale cpu --retrain-owed`): {len(retrains)} run(s), "
-                f"{len(held)} reproducing their row's held-out bits/byte within {REPRODUCE_TOLERANCE:g}{largest} and "
-                f"scored from the retrain, the others not scored; each pair in retrains.csv."]
+def positions_table(positions: ResultTable, corpus: str) -> list[str]:
+    """Held-out bits/byte of one corpus by target position bucket, one line per row (mean over seeds)."""
+    spans = sorted({SPAN(r) for r in matching(positions.rows, corpus=corpus)})
+    columns = [key("row"), fewest("n", SPAN),
+               *(mean_of(f"{a}" if a == z else f"{a}-{z}", "bits_per_byte", 3, first=a, last=z) for a, z in spans)]
+    return table(columns, groups(positions.rows, ("row",), order=ROW_KEYS, corpus=corpus)) if spans else []
 
 
-def positions_tables(positions: ResultTable) -> list[str]:
-    """Per corpus: held-out bits/byte by target position bucket, one line per row (mean over seeds)."""
-    lines = []
-    for corpus in clw.CORPORA:
-        spans = sorted({(int(r["first"]), int(r["last"])) for r in matching(positions.rows, corpus=corpus)})
-        columns = [key("row"), Column("n", lambda g: str(min(len(b) for b in buckets(g.runs, _span).values()))),
-                   *(mean_of(f"{a}" if a == z else f"{a}-{z}", "bits_per_byte", 3, first=a, last=z) for a, z in spans)]
-        rows = groups(positions.rows, ("row",), order=ROW_KEYS, corpus=corpus)
-        lines += [f"{corpus}:", "", *table(columns, rows), ""] if spans else []
-    return lines[:-1]
-
-
-def early_exit_table(exits: ResultTable) -> list[str]:
-    """Per corpus and looped row: held-out bits/byte @ mean rounds used at each early-exit threshold."""
-    columns = [key("corpus"), key("row"), *(at_cost(f"TV < {t:g}", "bits_per_byte", "mean_rounds_used", threshold=t)
-                                            for t in EXIT_THRESHOLDS)]
-    rows = groups(exits.rows, ("corpus", "row"), order=[(c, r) for c in clw.CORPORA for r in clw.LOOPED_ROWS])
-    return table(columns, rows, keep=lambda cells: any(c != MISSING for c in cells[2:]))
-
-
-def _span(r: dict) -> tuple[int, int]:
-    return int(r["first"]), int(r["last"])
-
-
-# --- figures: a panel per corpus ------------------------------------------------------------------------------
-def _trained_rounds(ax) -> None:
-    ax.axvline(4, color="0.6", ls="--", lw=1)
-    ax.set_ylim(top=min(ax.get_ylim()[1], 8.5))
-
-
-NLL = Dots("bits_per_byte", tuple(clw.ROWS), "held-out bits/byte (lower is better)")  # seed 000 Fig. 3 style
-FIGURES = {  # <name>.png from rounds.csv, early_exit.csv and positions.csv: one line per row, mean over seeds
-    "rounds": Lines("bits_per_byte", lambda r: int(r["rounds"]), clw.LOOPED_ROWS,
-                    "test-time rounds R' (trained with R = 4)", "held-out bits/byte", touch=_trained_rounds),
-    "early_exit": Lines("bits_per_byte", lambda r: float(r["threshold"]), clw.LOOPED_ROWS,  # at the rounds used
-                        "mean rounds used per position (early exit, thresholds 0 ... 0.1 TV)", "held-out bits/byte",
-                        place=lambda _, hits: mean(hits, "mean_rounds_used")),
-    "positions": Lines("bits_per_byte", _span, tuple(clw.ROWS), "target position in the 512-byte block",
-                       "held-out bits/byte", place=lambda span, _: (span[0] * span[1]) ** 0.5,  # a bucket's middle
-                       style={"marker": "o", "ms": 3}, touch=lambda ax: ax.set_xscale("log", base=2)),
-}
-FIGURE_TITLES = {
-    "rounds": "Held-out bits/byte against test-time rounds, mean over seeds (CPU recipe)",
-    "early_exit": "Held-out bits/byte against the rounds early exit uses, mean over seeds (CPU recipe)",
-    "positions": "Held-out bits/byte by target position in the block, mean over seeds (CPU recipe)",
-}
-# one seed's training loss against updates, a line per row (the rows share the data order)
-CURVES = Lines("loss", lambda r: int(r["step"]), tuple(clw.ROWS), "update", "training loss (nats/byte)",
-               style={"lw": 1.2})
+# --- figures: a panel per corpus, one line per row (mean over seeds) ------------------------------------------
+TITLE = "Held-out bits/byte {}, mean over seeds (CPU recipe)"
+FIGURES = (  # nll.png from results.csv (seed 000 Fig. 3 style), then rounds.csv, early_exit.csv and positions.csv
+    Figure("nll", Dots("bits_per_byte", tuple(clw.ROWS), "held-out bits/byte (lower is better)"), title_size=10),
+    Figure("rounds", Lines("bits_per_byte", lambda r: int(r["rounds"]), clw.LOOPED_ROWS,
+                           "test-time rounds R' (trained with R = 4)", "held-out bits/byte",
+                           touch=reference_line(4, top=8.5)), TITLE.format("against test-time rounds"), title_size=10),
+    Figure("early_exit", Lines("bits_per_byte", lambda r: float(r["threshold"]), clw.LOOPED_ROWS,  # at the rounds used
+                               "mean rounds used per position (early exit, thresholds 0 ... 0.1 TV)",
+                               "held-out bits/byte", place=lambda _, hits: mean(hits, "mean_rounds_used")),
+           TITLE.format("against the rounds early exit uses"), title_size=10),
+    Figure("positions", Lines("bits_per_byte", SPAN, tuple(clw.ROWS), "target position in the 512-byte block",
+                              "held-out bits/byte", place=lambda span, _: (span[0] * span[1]) ** 0.5,  # bucket middle
+                              style={"marker": "o", "ms": 3}, touch=lambda ax: ax.set_xscale("log", base=2)),
+           TITLE.format("by target position in the block"), title_size=10))
+CURVES = training_curves(tuple(clw.ROWS), "training loss (nats/byte)")  # one seed: the rows share the data order
 
 
 # --- the spec ------------------------------------------------------------------------------------------------
@@ -222,20 +179,18 @@ def recipes():
     for budget in clw.BUDGETS:
         solved = clw.solve_budget(budget)
         for row, (ffn_dim, total) in solved.items():
-            header = (f"# seed 000 {budget} budget, row {row}: {total:,} parameters "
-                      f"({total - solved['workspace'][1]:+,} vs workspace). Generated by `looped reproduce clw "
-                      "--write-recipes`.\n"
-                      f"# Add a data file: looped train configs/clw/full/{budget}/{row}.yaml "
-                      "configs/clw/data/enwik8.yaml\n")
-            yield Recipe(f"full/{budget}/{row}.yaml", header, {"model": clw.model_section(budget, row, ffn_dim),
-                                                               **clw.RECIPES[budget]})
+            yield Recipe.commented(
+                f"full/{budget}/{row}.yaml", {"model": clw.model_section(budget, row, ffn_dim), **clw.RECIPES[budget]},
+                f"seed 000 {budget} budget, row {row}: {total:,} parameters ({total - solved['workspace'][1]:+,} vs "
+                "workspace). Generated by `looped reproduce clw --write-recipes`.",
+                f"Add a data file: looped train configs/clw/full/{budget}/{row}.yaml configs/clw/data/enwik8.yaml")
     for row, (ffn_dim, total) in clw.solve_budget("small").items():
-        header = (f"# CPU-scale seed 000 row {row} ({total:,} parameters): 500 updates x 8 x 512 targets.\n"
-                  f"# looped train configs/clw/cpu/{row}.yaml configs/clw/data/cpu_enwik8.yaml\n")
-        yield Recipe(f"cpu/{row}.yaml", header, {"model": clw.model_section("small", row, ffn_dim), **clw.CPU_RECIPE})
+        yield Recipe.commented(f"cpu/{row}.yaml", {"model": clw.model_section("small", row, ffn_dim), **clw.CPU_RECIPE},
+                               f"CPU-scale seed 000 row {row} ({total:,} parameters): 500 updates x 8 x 512 targets.",
+                               f"looped train configs/clw/cpu/{row}.yaml configs/clw/data/cpu_enwik8.yaml")
     for name, data in [*(("cpu_" + k, v) for k, v in clw.CPU_DATA.items()), *clw.FULL_DATA.items()]:
-        yield Recipe(f"data/{name}.yaml", f"# data section for seed 000 runs ({name}); combine with a row config.\n",
-                     {"data": data})
+        yield Recipe.commented(f"data/{name}.yaml", {"data": data},
+                               f"data section for seed 000 runs ({name}); combine with a row config.")
 
 
 def _toy(tmp: Path) -> dict:

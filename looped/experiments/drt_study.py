@@ -30,10 +30,11 @@ from .drt_claims import CLAIMS
 from .reasoning_scores import (best_accuracy, diagnostic_rows, difficulty_columns, fixed_depth_label, gate_rows,
                                generator_columns, grid_cells, mean_heatmap, negatives, other_generator_cells,
                                plot_gates)
-from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, minutes_per_run, parameters,
-                     part, percent_of, spread_of, table, write_table)
+from .recipes import Recipe, parameter_count
+from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, minutes_per_run,
+                     noting_failures, parameters, part, percent_of, spread_of, table, write_table)
 from .report import MISSING, cell, percent, read_interval, spread
-from .study import (Axis, Backfill, Flag, Recipe, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
+from .study import (Axis, Backfill, Flag, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
                     unit_interval)
 from .results import ResultTable, study_results
 
@@ -61,7 +62,6 @@ class DrtStudy(StudyBase):
         self.gates = self.per_run("gates.csv", "step", ["gate_mean"])
         self.diagnostics = self.per_run("diagnostic.csv", "variant", ["accuracy", "change", "budgets", "rows"])
         self.tests = TestSets()
-        self.configs: dict[str, RunConfig] = {}
         # graph runs finished before the cross-generator evaluation existed are scored on it from their folder
         self.backfills = (Backfill("on the other negative generator", self.results, owed=self.cross_owed,
                                    score=lambda key, last: self.results.add(
@@ -69,11 +69,8 @@ class DrtStudy(StudyBase):
 
     def config(self, key: dict) -> RunConfig:
         """ConfigError for a pair that does not exist (the GNN on a sequence task): the engine skips it."""
-        name = self.folder(key).name
-        if name not in self.configs:
-            self.configs[name] = drt.run_config(key["task"], self.scale, key["arch"], int(key["seed"]),
-                                                float(key["alpha"]), self.overrides)
-        return self.configs[name]
+        return self.config_once(key, lambda: drt.run_config(key["task"], self.scale, key["arch"], int(key["seed"]),
+                                                            float(key["alpha"]), self.overrides))
 
     def folder(self, key: dict) -> Path:
         return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
@@ -153,19 +150,16 @@ GROUP = ("task", "arch", "alpha")  # a table line: the seeds of one recipe
 KEY_COLUMNS = [key("task"), key("arch"), key("alpha", align=RIGHT)]
 MAIN_COLUMNS = [
     *KEY_COLUMNS,
-    Column("ID %", lambda g: percent(g.values("id_accuracy")) + (" (some runs failed)" if g.failed else "")),
+    noting_failures(percent_of("ID %", "id_accuracy"), counted=False),
     percent_of("OOD %", "ood_accuracy"),
-    Column("paper ID / OOD", lambda g: "{} / {}".format(*paper) if (paper := _paper(g)) else MISSING),
+    Column("paper ID / OOD", lambda g: "{} / {}".format(*drt.PAPER[g["arch"], g["task"]])
+           if float(g["alpha"]) == 0 and (g["arch"], g["task"]) in drt.PAPER else MISSING),
     Column("step-1 acc. 12-hop", lambda g: percent(g.values("step1_12hop")) if _graph(g["task"]) else MISSING),
     percent_of("depth-emb. max |change|", "diagnostic_max_change"),
     spread_of("ACT ponder steps (OOD)", "mean_ponder_ood", 2), parameters(), minutes_per_run()]
 SWEEP_COLUMNS = [key("arch"), key("alpha", align=RIGHT), percent_of("step-1 acc. 12-hop %", "step1_12hop"),
                  percent_of("sufficient-step OOD %", "ood_accuracy"),
                  Column("10-hop best %", lambda g: spread([best_accuracy(r).get(10) for r in g.runs], 1, 100))]
-
-
-def _paper(g: Group) -> tuple | None:
-    return drt.PAPER.get((g["arch"], g["task"])) if float(g["alpha"]) == 0 else None
 
 
 def _graph(task: str) -> bool:
@@ -180,8 +174,7 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
              *table(MAIN_COLUMNS, every)]
     if shortcuts is not None:
         lines += drt_shortcuts.main_table_rows(shortcuts, columns=len(MAIN_COLUMNS))
-    sweep = sorted((g for g in every if g["task"] == "graph" and g["arch"] == "drt"),  # the sweep is the core's
-                   key=lambda g: float(g["alpha"]))
+    sweep = sorted(groups(results.rows, GROUP, task="graph", arch="drt"), key=lambda g: float(g["alpha"]))  # core's
     lines += part("Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", SWEEP_COLUMNS,
                   sweep if len(sweep) > 1 else [], note=SWEEP_NOTE)
     lines += _hop_table([g for g in every if _graph(g["task"]) and g.runs])
@@ -216,11 +209,9 @@ def _hop_table(graph: list[Group]) -> list[str]:
 # --- the spec ------------------------------------------------------------------------------------------------
 def recipes():
     """configs/drt/{full,cpu}/<recipe>.yaml for every recipe in drt.TASKS (its CPU-study variants: cpu/ only)."""
-    from ..models import build_model
-
     for scale in ("full", "cpu"):
         for task in (t for t in drt.TASKS if scale == "cpu" or t not in drt.VARIANTS):  # variants: CPU study only
-            params = build_model(drt.run_config(task, scale).model).parameter_counts()["total"]
+            params = parameter_count(drt.run_config(task, scale).model)
             header = (f"# {drt.describe(task, scale)}; {params:,} parameters.\n"
                       f"# train.max_targets counts rows (one label per row): epochs x training rows.\n"
                       f"# Generated by `looped reproduce drt --write-recipes`. "
@@ -228,15 +219,12 @@ def recipes():
             yield Recipe(f"{scale}/{task}.yaml", header, drt.recipe(task, scale))
 
 
-def _toy(tmp: Path) -> dict:
-    """The core on a few tiny graphs in seconds (the shared study drivers)."""
-    return {"select": {"task": ("graph",), "arch": ("drt",), "seed": (42,)},
-            "overrides": {"model": {"dim": 16, "heads": 2, "ffn_dim": 32},
-                          "task": {"train_size": 128, "val_size": 16, "test_per_bucket": 8,
-                                   "test_difficulties": [1, 2, 6, 12], "eval_steps": [1, 2, 8, 12]},
-                          "train": {"max_targets": 128, "eval_every": 0}},
-            "options": {"diagnostic_per_bucket": 4}}
-
+TOY = {"select": {"task": ("graph",), "arch": ("drt",), "seed": (42,)},  # the core on a few tiny graphs in seconds
+       "overrides": {"model": {"dim": 16, "heads": 2, "ffn_dim": 32},
+                     "task": {"train_size": 128, "val_size": 16, "test_per_bucket": 8,
+                              "test_difficulties": [1, 2, 6, 12], "eval_steps": [1, 2, 8, 12]},
+                     "train": {"max_targets": 128, "eval_every": 0}},
+       "options": {"diagnostic_per_bucket": 4}}
 
 AXES = (Axis("task", "tasks", drt.PAPER_TASKS, tuple(drt.TASKS), aliases={"boolean": "logic"},
              help="with none of --tasks / --archs / --alphas / --seeds, --scale cpu runs the whole CPU plan "
@@ -251,7 +239,7 @@ AXES = (Axis("task", "tasks", drt.PAPER_TASKS, tuple(drt.TASKS), aliases={"boole
 
 register_study(StudySpec(
     name="drt", help="seed 002: depth-recurrent core and baselines on graph / logic / family", axes=AXES,
-    build=DrtStudy, recipes=recipes, toy=_toy, claims=CLAIMS,
+    build=DrtStudy, recipes=recipes, toy=TOY, claims=CLAIMS,
     default_plan=lambda scale: grouped_plan(AXES, drt.CPU_PLAN) if scale == "cpu" else None,  # else the axes
     flags=(Flag("shortcuts_only", "only fit and score the shortcut baselines of the selected family recipes and "
                                   "rewrite the report (no training)"),),

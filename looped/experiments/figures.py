@@ -8,8 +8,10 @@ Every study figure so far is one of two kinds, each drawn per corpus or task (a 
 
     ROUNDS = Lines("bits_per_byte", lambda r: int(r["rounds"]), ROWS, xlabel="test-time rounds", ylabel="bits/byte")
     plot(out / "rounds.png", ROUNDS, rounds.rows, {"enwik8": {"corpus": "enwik8"}}, size=(5.5, 4))
+    Figure("rounds", ROUNDS, title="...").draw(out, rounds.rows, {"enwik8": {"corpus": "enwik8"}})  # the same
 
 `plot` titles each panel with its key, and every panel gets a light grid and, when a line has a label, a legend.
+A study that keeps its runs' training loss (StudyBase.keep_curves) draws it with `curve_figures`.
 """
 
 from __future__ import annotations
@@ -91,6 +93,49 @@ def plot(path: Path, spec: Panel, rows: list[dict], panel_rows: Mapping[str, Map
     panels(path, list(panel_rows), draw, size=size, title=title, finish=grid_and_legend)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """<name>.png of a study's report declared as data: `spec` drawn once per panel over one CSV's rows, at
+    `size` inches a panel, under `title`; nothing is drawn while the CSV has no rows (a sweep not run yet)."""
+
+    name: str
+    spec: Panel
+    title: str | None = None
+    size: tuple[float, float] = (5.5, 4)
+    title_size: float | None = None  # the panel titles' font size (None: matplotlib's)
+
+    def draw(self, out: Path, rows: list[dict], panel_rows: Mapping[str, Mapping[str, Any]]) -> None:
+        if rows:
+            plot(Path(out) / f"{self.name}.png", self.spec, rows, panel_rows, size=self.size,
+                 title_size=self.title_size, title=self.title)
+
+
+def reference_line(x: float, top: float | None = None) -> Callable[[Any], None]:
+    """A Lines `touch`: a grey dashed vertical line at x (the trained depth ...), the y axis capped at `top` so
+    one diverging point does not flatten the others."""
+    def touch(ax) -> None:
+        ax.axvline(x, color="0.6", ls="--", lw=1)
+        if top is not None:
+            ax.set_ylim(top=min(ax.get_ylim()[1], top))
+    return touch
+
+
+def training_curves(names: Sequence[str], ylabel: str = "training loss") -> Lines:
+    """curves.csv (StudyBase.keep_curves) as a panel: the training loss against updates, a line per row."""
+    return Lines("loss", lambda r: int(r["step"]), tuple(names), "update", ylabel, style={"lw": 1.2})
+
+
+def curve_figures(out: Path, spec: Lines, curves: list[dict], results: list[dict], by: str, panel: str,
+                  title: Callable[[list[dict]], str]) -> None:
+    """curves_<value>_seed<S>.png: one figure per value of column `by` and seed in curves.csv, its rows on one
+    panel (they share the data order of that seed). `panel` formats the panel's title from `by` and "seed";
+    title(finished results rows of the figure) is the figure's (with their parameter counts, say)."""
+    for value, seed in sorted({(r[by], int(r["seed"])) for r in curves}):
+        match = {by: value, "seed": seed}
+        plot(Path(out) / f"curves_{value}_seed{seed}.png", spec, curves, {panel.format(**match): match},
+             size=(6.5, 4.2), title=title(finished(results, **match)))
+
+
 def grid_and_legend(ax) -> None:
     """The touches every study panel shares: a light grid, and a legend once a line has a label."""
     ax.grid(alpha=0.3)
@@ -105,4 +150,5 @@ def with_parameters(title: str, rows: list[dict]) -> str:
     return f"{title}, {min(counts):,}–{max(counts):,} parameters" if counts else title
 
 
-__all__ = ["Dots", "Lines", "Panel", "grid_and_legend", "plot", "with_parameters"]
+__all__ = ["Dots", "Figure", "Lines", "Panel", "curve_figures", "grid_and_legend", "plot", "reference_line",
+           "training_curves", "with_parameters"]

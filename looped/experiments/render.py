@@ -123,6 +123,32 @@ def at_cost(header: str, column: str, cost: str, digits: int = 4, cost_digits: i
     return Column(header, text)
 
 
+def listed(header: str, column: str) -> Column:
+    """Every finished run's cell of one column, ', ' between them (the best steps of the seeds ...)."""
+    return Column(header, lambda g: ", ".join(g.values(column)) or MISSING)
+
+
+def joined_spread(header: str, table: ResultTable, column: str, digits: int = 1, scale: float = 1.0,
+                  **match) -> Column:
+    """mean ± SD (n) of `column` over the rows of another table of the study that belong to the group's finished
+    runs and match `match` (each seed's score at one test length in lengths.csv ...)."""
+    return Column(header, lambda g: spread([r.get(column, "") for r in g.joined(table.rows, **match)], digits, scale))
+
+
+def noting_failures(column: Column, counted: bool = True) -> Column:
+    """`column` with ' (k failed)' (counted) or ' (some runs failed)' after the cell of a group where runs failed:
+    a line of the table stays honest about the seeds it lost."""
+    def text(g: Group) -> str:
+        note = (f" ({len(g.failed)} failed)" if counted else " (some runs failed)") if g.failed else ""
+        return column.cell(g) + note
+    return Column(column.header, text, column.align)
+
+
+def fewest(header: str, x: Callable[[dict], Any]) -> Column:
+    """The fewest finished runs of the group at any value of x(row): the n of a line of means over buckets."""
+    return Column(header, lambda g: str(min(len(b) for b in buckets(g.runs, x).values())))
+
+
 def relative_change(groups: Iterable[Group], column: str, reference: str, by: str = "row") -> str | None:
     """'vs plain -16.20 %, vs shared_loop -9.12 %': the reference group's mean `column` against each other group's
     (negative: the reference's is lower); None when the reference group has no value."""
@@ -131,6 +157,21 @@ def relative_change(groups: Iterable[Group], column: str, reference: str, by: st
         return None
     return ", ".join(f"vs {name} {100 * (means[reference] / value - 1):+.2f} %" for name, value in means.items()
                      if name != reference and value)
+
+
+def relative_changes(rows: Iterable[dict], column: str, reference: str, order: Iterable[tuple], within: str,
+                     values: Iterable[str]) -> list[str]:
+    """'- <value>: vs plain -16.20 %, ...' (relative_change over the row groups in `order`) for each value of the
+    column `within` (one line per corpus ...) where the reference row has a mean."""
+    order = list(order)
+    changes = {v: relative_change(groups(rows, ("row",), order=order, **{within: v}), column, reference)
+               for v in values}
+    return [f"- {value}: {change}" for value, change in changes.items() if change]
+
+
+def inline(lines: Iterable[Group], label: Callable[[Group], str], column: Column) -> str:
+    """One column of a table as a sentence: 'label cell, label cell, ...' over the groups of its lines."""
+    return ", ".join(f"{label(g)} {column.cell(g)}" for g in lines)
 
 
 def minutes_per_run(header: str = "minutes per run (median)") -> Column:
@@ -180,13 +221,26 @@ def section(title: str, body: list[str], caption: str | None = None) -> list[str
     return ["## " + title, "", *([caption, ""] if caption is not None else []), *body]
 
 
+def labelled_tables(parts: Iterable[tuple[str, list[str]]]) -> list[str]:
+    """Several tables of one section (one per corpus ...), each after a 'label:' line; a part with no lines is
+    left out."""
+    lines = [text for label, body in parts if body for text in (f"{label}:", "", *body, "")]
+    return lines[:-1]
+
+
 def part(title: str, columns: Sequence[Column], rows: Sequence, caption: str | None = None,
-         note: str | None = None) -> list[str]:
+         note: str | None = None, keep: Callable[[list[str]], bool] = lambda cells: True) -> list[str]:
     """An optional part of a report: a blank line, then a '## title' section of one table of `rows` (its caption
-    before, `note` after); nothing while `rows` is empty (a sweep not run yet, a score no run has ...)."""
+    before, `note` after, `keep` as table's); nothing while `rows` is empty (a sweep not run yet, a score no run
+    has ...)."""
     if not rows:
         return []
-    return ["", *section(title, table(columns, rows), caption), *(["", note] if note is not None else [])]
+    return ["", *section(title, table(columns, rows, keep), caption), *(["", note] if note is not None else [])]
+
+
+def shows_beyond(keys: int) -> Callable[[list[str]], bool]:
+    """A table's `keep`: a line that shows something (not MISSING) past its first `keys` cells (its key columns)."""
+    return lambda cells: any(c != MISSING for c in cells[keys:])
 
 
 # --- numbers behind figures and by-value tables ---------------------------------------------------------------
@@ -196,6 +250,12 @@ def buckets(rows: Iterable[dict], x: Callable[[dict], Any], **match) -> dict[Any
     for r in matching(rows, **match):
         found.setdefault(x(r), []).append(r)
     return dict(sorted(found.items()))
+
+
+def ints(*columns: str) -> Callable[[dict], tuple[int, ...]]:
+    """x(row) for `buckets`, `fewest` and figure lines: the row's `columns` as a tuple of ints (a position bucket's
+    first and last ...)."""
+    return lambda row: tuple(int(row[c]) for c in columns)
 
 
 def mean(rows: Iterable[dict], column: str) -> float | None:
@@ -245,6 +305,7 @@ def fit_suptitle(fig, title: str, fontsize: float = 9) -> None:
         text.set_text("\n".join(textwrap.wrap(title, width)))
 
 
-__all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "fit_suptitle", "groups", "heading",
-           "key", "left", "line", "markdown", "matching", "mean", "mean_of", "panels", "parameters", "part",
-           "percent_of", "relative_change", "section", "spread_of", "table", "write_table"]
+__all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "fewest", "fit_suptitle", "groups",
+           "heading", "inline", "ints", "joined_spread", "key", "labelled_tables", "left", "line", "listed", "markdown",
+           "matching", "mean", "mean_of", "noting_failures", "panels", "parameters", "part", "percent_of",
+           "relative_change", "relative_changes", "section", "shows_beyond", "spread_of", "table", "write_table"]

@@ -6,6 +6,7 @@
     spread(['0.5', '0.6'], 1, 100)  '55.0 ± 7.1 (n=2)'   mean ± sample SD over seeds ('–' when none)
     average(['0.5', '0.6'], 1, 100) '55.0'                the mean alone
     each([1.0, 0.848], 1, 100)      '100.0 / 84.8'        every seed's figure, in the order given
+    paper_figure((91.16, 6.09), 2)  '91.16 ± 6.09'        a paper's figure (a number, or mean and SD)
     span([0.013, 0.009], 1, 100)    '0.9–1.3'             lowest to highest
     span([2000, 1500], text=lambda v: f'{v:,.0f}')  '1,500–2,000'
     interval([8, 1, 4]) '1-8'   read_interval('1-8') (1, 8)   by_difficulty('2:0.83 3:0.78') {2: 0.83, 3: 0.78}
@@ -67,6 +68,15 @@ def span(values: Iterable, digits: int = 1, scale: float = 1.0, text: Callable[[
     return low if low == high else f"{low}–{high}"
 
 
+def paper_figure(value, digits: int = 1, missing: str = MISSING) -> str:
+    """A paper's figure as a table shows it beside ours: a number, or a (mean, SD) pair as 'mean ± SD' (SD None:
+    the mean alone); `missing` where the paper gives none (a note on why, or MISSING)."""
+    if value is None:
+        return missing
+    mean, sd = value if isinstance(value, tuple) else (value, None)
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
 def percent(values: Iterable, digits: int = 1) -> str:
     """spread() of fractions, in %."""
     return spread(values, digits, 100.0)
@@ -109,4 +119,4 @@ def finished(rows: Iterable[dict], **match) -> list[dict]:
 
 
 __all__ = ["MISSING", "average", "by_difficulty", "cell", "column", "each", "figure", "finished", "interval",
-           "median_minutes", "percent", "read_interval", "span", "spread"]
+           "median_minutes", "paper_figure", "percent", "read_interval", "span", "spread"]

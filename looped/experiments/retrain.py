@@ -65,6 +65,23 @@ def record(study: engine.Study, key: dict, check: Reproduction | None, verdict: 
     retrains_table(study).add({**key, **numbers, "verdict": verdict})
 
 
+def retrains_note(study: engine.Study, name: str) -> list[str]:
+    """The report's account of `looped reproduce <name> --retrain-owed` (a blank line, then a paragraph; nothing
+    when retrains.csv is empty): how many runs were trained again for the scores their folders owed (the study's
+    Backfills), how many reproduced their row and were scored, the largest difference among those."""
+    command = f"looped reproduce {name} --scale {study.scale} --retrain-owed"
+    retrains = retrains_table(study).rows
+    if not retrains:
+        return []
+    held = [r for r in retrains if r["verdict"] == engine.REPRODUCES]
+    largest = f" (largest difference {max(abs(float(r['difference'])) for r in held):.6f})" if held else ""
+    compared = next((f"{r['figure']} within {r['tolerance']}" for r in retrains if r.get("figure")), "figure")
+    owed = ", ".join(fill.what for fill in study.backfills)
+    return ["", f"Trained again because the run folder was gone and a later score ({owed}) was owed (`{command}`): "
+                f"{len(retrains)} run(s), {len(held)} reproducing their row's {compared}{largest} and scored from "
+                "the retrain, the others not scored; each pair in retrains.csv."]
+
+
 def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu",
                   select: Mapping | None = None, overrides: dict | None = None, progress: bool = True,
                   stop_after: float | None = None, log=print, **options) -> list[dict]:
@@ -152,4 +169,5 @@ def record_earlier_retrains(study: engine.Study, plan: list[dict], log) -> None:
             f"{check.committed:.6f} in results.csv")
 
 
-__all__ = ["RETRAINS", "Reproduction", "retrain_owed", "retrain_one", "retrain_study", "retrains_table"]
+__all__ = ["RETRAINS", "Reproduction", "retrain_owed", "retrain_one", "retrain_study", "retrains_note",
+           "retrains_table"]

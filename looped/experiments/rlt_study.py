@@ -13,21 +13,21 @@ paper's recipe in the header) and <task>.png / feedback.png (accuracy vs test le
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..eval.lengths import METRICS, aggregate_over_seeds, evaluate_lengths, plot_length_curves
+from ..eval.lengths import METRICS, evaluate_lengths, plot_length_rows
 from ..train import RunConfig, load_model
 from ..train import checkpoint as ckpt
 from ..train.config import recipe_config
-from . import report, rlt
-from .render import (Column, Group, bullets, groups, heading, left, markdown, matching, minutes_per_run, panels,
-                     parameters, percent_of, spread_of, table, write_table)
-from .report import MISSING, cell, column
+from . import rlt
+from .recipes import Recipe
+from .render import (Column, bullets, groups, heading, inline, joined_spread, left, listed, markdown, matching,
+                     minutes_per_run, noting_failures, panels, parameters, percent_of, spread_of, table, write_table)
+from .report import MISSING, cell, paper_figure
 from .results import ResultTable, study_results
 from .rlt_claims import CLAIMS
-from .study import Axis, Recipe, RunSummary, StudyBase, StudySpec, register_study
+from .study import Axis, RunSummary, StudyBase, StudySpec, register_study
 
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -57,7 +57,6 @@ class RltStudy(StudyBase):
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
         task = key["task"]
-        start = time.perf_counter()
         model, config = load_model(ckpt.run_checkpoint(run.folder, "best"))
         has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
@@ -65,28 +64,27 @@ class RltStudy(StudyBase):
                                    batch_size=self.batch_size, cache=self.test_cache, log=log,
                                    shuffled_metric=rlt.primary_metric(task) if has_feedback else None)
         self.lengths.add_many([{**key, **{k: cell(v) for k, v in record.items()}} for record in records])
-        best, seconds, updates = run.best_validation, run.seconds, run.updates
-        self.results.add({**key, **run.cells(model), "arch": config.model.arch,
-                          **{name: cell(best.get(name)) for name in ("val_loss", "val_final_state_accuracy",
-                                                                     "val_prefix_token_accuracy")},
-                          "seconds_per_update": f"{seconds / updates:.3f}" if seconds and updates else "",
-                          "eval_seconds": f"{time.perf_counter() - start:.1f}"})
+        self.results.add({**key, **run.cells(model), "arch": config.model.arch})  # with the best checkpoint's val_*
 
     def report(self) -> None:
         """table.md, then <task>.png (one panel per metric for S5: Fig. 13's prefix-token, final-state and
         whole-sequence) and feedback.png (Fig. 8: every task's headline accuracy across its test grid)."""
         lengths, scale = self.lengths, self.scale
         write_table(self.out, (self.results, lengths), lambda: table_markdown(self.results, lengths, scale))
-        tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
         labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
+
+        def curves(ax, task: str, metric: str, title: str) -> None:  # a task's rows (mean ± SD over seeds)
+            plot_length_rows(ax, matching(lengths.rows, task=task), rlt.TASKS[task]["name"], metric=metric,
+                             title=title, labels=labels, colors=ROW_COLORS, variant=rlt.TASKS[task].get("variant"))
+
+        tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
         for task in tasks:
             metrics = METRICS if task.startswith("s5") else (rlt.primary_metric(task),)
             panels(self.out / f"{task}.png", metrics,
-                   lambda ax, metric: _curves(ax, lengths, task, metric, labels, f"{task}: {metric.replace('_', ' ')}"),
+                   lambda ax, metric: curves(ax, task, metric, f"{task}: {metric.replace('_', ' ')}"),
                    size=(5.2, 3.8), title=f"{task}: {SUBTITLE}")
         if tasks:
-            panels(self.out / "feedback.png", tasks,
-                   lambda ax, task: _curves(ax, lengths, task, rlt.primary_metric(task), labels, task),
+            panels(self.out / "feedback.png", tasks, lambda ax, task: curves(ax, task, rlt.primary_metric(task), task),
                    size=(5.0, 3.8), title=f"Feedback rows on every task: {SUBTITLE}")
 
 
@@ -103,25 +101,17 @@ S5_PREFIX = "Prefix-token accuracy at 512 (paper: RLT-1 4+4 91.16 ± 6.09, Trans
 
 def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
     """A task's table: cost, the validation score, each shown test length beside the paper's, and the ablation."""
-    metric = rlt.primary_metric(task)
-    shown = rlt.TABLE_LENGTHS.get(task, ())
+    metric, shown = rlt.primary_metric(task), rlt.TABLE_LENGTHS.get(task, ())
     ablated = shown[0] if shown else None  # the shortest test length: inside (or at) the trained range
-
-    def at_length(n, name: str) -> Callable[[Group], str]:  # the finished seeds' scores at test length n
-        return lambda g: report.percent(column(g.joined(lengths.rows, length=n), name), 2)
-
-    def paper(n) -> Callable[[Group], str]:
-        return lambda g: _paper(task, g["row"], n, metric)
-
-    def label(g: Group) -> str:
-        return rlt.row_label(g["row"], scale) + (f" ({len(g.failed)} failed)" if g.failed else "")
-
-    by_length = [c for n in shown for c in (Column(str(n), at_length(n, metric)), Column(f"paper {n}", paper(n)))]
-    return [left("row", label), parameters(), spread_of("s/update (incl. validation)", "seconds_per_update", 2),
-            minutes_per_run(),
-            Column("best step", lambda g: ", ".join(g.values("best_step")) or MISSING),
-            percent_of("ID validation", f"val_{metric}", 2), *by_length,
-            Column(f"{ablated}, shuffled feedback", at_length(ablated, "shuffled_feedback_accuracy"))]
+    paper = lambda n: lambda g: paper_figure(rlt.PAPER.get((task, g["row"], n, metric)), 2,  # noqa: E731
+                                             rlt.PAPER_NOTES.get((task, g["row"], n), MISSING))
+    return [noting_failures(left("row", lambda g: rlt.row_label(g["row"], scale))), parameters(),
+            spread_of("s/update (incl. validation)", "seconds_per_update", 2), minutes_per_run(),
+            listed("best step", "best_step"), percent_of("ID validation", f"val_{metric}", 2),
+            *(c for n in shown for c in (joined_spread(str(n), lengths, metric, 2, 100, length=n),
+                                         Column(f"paper {n}", paper(n)))),
+            joined_spread(f"{ablated}, shuffled feedback", lengths, "shuffled_feedback_accuracy", 2, 100,
+                          length=ablated)]
 
 
 def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> str:
@@ -134,19 +124,11 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
         lines += [f"## {task} ({rlt.primary_metric(task).replace('_', ' ')})", "",
                   *table(task_columns(task, lengths, scale), groups(results.rows, ("row",), order=rows, task=task))]
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
-            at_512 = lambda row: column(matching(lengths.rows, task=task, row=row, length=512),  # noqa: E731
-                                        "prefix_token_accuracy")
-            prefix = [f"{rlt.row_label(row, scale)} {report.percent(at_512(row), 2)}" for (row,) in rows]
-            lines += ["", S5_PREFIX + ", ".join(prefix)]
+            at_512 = joined_spread("", lengths, "prefix_token_accuracy", 2, 100, length=512)
+            every_row = groups(results.rows, ("row",), order=rows, keep_empty=True, task=task)
+            lines += ["", S5_PREFIX + inline(every_row, lambda g: rlt.row_label(g["row"], scale), at_512)]
         lines.append("")
     return markdown(lines)
-
-
-def _paper(task: str, row: str, length: int, metric: str) -> str:
-    if (task, row, length, metric) in rlt.PAPER:
-        mean, sd = rlt.PAPER[(task, row, length, metric)]
-        return f"{mean:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
-    return rlt.PAPER_NOTES.get((task, row, length), MISSING)
 
 
 # one colour per row in every panel and figure, in the plan's order
@@ -154,39 +136,27 @@ ROW_COLORS = {row: f"C{i}" for i, row in enumerate(dict.fromkeys((*rlt.PLAN_ROWS
 SUBTITLE = "accuracy against test length, mean ± SD over seeds, best-validation checkpoint, teacher-forced"
 
 
-def _curves(ax, lengths: ResultTable, task: str, metric: str, labels: dict[str, str], title: str) -> None:
-    """One panel: a task's rows (mean ± SD over seeds) against test length."""
-    points = aggregate_over_seeds([{**r, "length": int(r["length"]), **{m: float(r[m]) for m in METRICS}}
-                                  for r in matching(lengths.rows, task=task)])
-    present = {r["row"] for r in points}
-    order = [row for row in ROW_COLORS if row in present] + sorted(present - set(ROW_COLORS))
-    plot_length_curves(points, rlt.TASKS[task]["name"], None, metric=metric, labels=labels, title=title, ax=ax,
-                       variant=rlt.TASKS[task].get("variant"), rows=order, colors=ROW_COLORS)
-
-
 # --- the spec ------------------------------------------------------------------------------------------------
 WHERE = {"full": "the paper's recipe (GPU)", "cpu": "CPU recipe (scaled; see looped/experiments/rlt.py)"}
+KEEP = lambda key, scale="cpu": key["row"] not in rlt.DEPTH_ROWS or key["task"] in rlt.DEPTH_TASKS  # noqa: E731
 
 
 def recipes():
     """configs/rlt/full/<task>_<row>.yaml for every row, configs/rlt/cpu/<task>_<row>.yaml for the study's."""
-    for scale, rows in (("full", rlt.FULL_ROWS), ("cpu", rlt.STUDY_ROWS)):
-        for task in rlt.TASKS:
-            for row in (*rows, *(rlt.DEPTH_ROWS if scale == "cpu" and task in rlt.DEPTH_TASKS else ())):
-                config, where = rlt.run_config_dict(task, row, scale), WHERE[scale]
-                yield Recipe(f"{scale}/{task}_{row}.yaml",
-                             f"# seed 003 {task}, {rlt.row_label(row, scale)} ({row}): {where}; "
-                             f"{config['train']['max_steps']} updates x {config['train']['batch_size']} rows.\n"
-                             f"# Generated by `looped reproduce rlt --write-recipes`. "
-                             f"Seeds 43/44: --set train.seed=43\n", config)
+    for scale, rows in (("full", rlt.FULL_ROWS), ("cpu", rlt.PLAN_ROWS)):
+        for task, row in ((task, row) for task in rlt.TASKS for row in rows if KEEP({"task": task, "row": row})):
+            config = rlt.run_config_dict(task, row, scale)
+            yield Recipe.commented(f"{scale}/{task}_{row}.yaml", config,
+                                   f"seed 003 {task}, {rlt.row_label(row, scale)} ({row}): {WHERE[scale]}; "
+                                   f"{config['train']['max_steps']} updates x {config['train']['batch_size']} rows.",
+                                   "Generated by `looped reproduce rlt --write-recipes`. "
+                                   "Seeds 43/44: --set train.seed=43")
 
 
-def _toy(tmp: Path) -> dict:
-    """Two rows on parity in seconds (the shared study drivers)."""
-    return {"select": {"task": ("parity",), "row": ("rlt1", "baseline"), "seed": (42,)},
-            "overrides": {"model": {"dim": 16, "heads": 2, "ffn_dim": 16}, "task": {"validation_size": 8},
-                          "train": {"max_steps": 2, "eval_every": 1, "batch_size": 8, "log_every": 1}},
-            "options": {"test_size": 6, "test_lengths": {"parity": [32, 64]}}}
+TOY = {"select": {"task": ("parity",), "row": ("rlt1", "baseline"), "seed": (42,)},  # two rows on parity in seconds
+       "overrides": {"model": {"dim": 16, "heads": 2, "ffn_dim": 16}, "task": {"validation_size": 8},
+                     "train": {"max_steps": 2, "eval_every": 1, "batch_size": 8, "log_every": 1}},
+       "options": {"test_size": 6, "test_lengths": {"parity": [32, 64]}}}
 
 
 register_study(StudySpec(
@@ -195,8 +165,8 @@ register_study(StudySpec(
           Axis("seed", "seeds", rlt.SEEDS, cell=int),
           Axis("row", "rows", rlt.PLAN_ROWS, (*rlt.ROWS, *rlt.CPU_ONLY_ROWS),
                help=f"{', '.join(rlt.DEPTH_ROWS)} run on {', '.join(rlt.DEPTH_TASKS)} only")),
-    build=RltStudy, recipes=recipes, toy=_toy, claims=CLAIMS,
-    keep=lambda key, scale: key["row"] not in rlt.DEPTH_ROWS or key["task"] in rlt.DEPTH_TASKS))
+    build=RltStudy, recipes=recipes, toy=TOY, claims=CLAIMS,
+    keep=KEEP))
 
 
 __all__ = ["RltStudy", "recipes", "table_markdown"]

@@ -30,10 +30,10 @@ import itertools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -44,8 +44,11 @@ from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
 from ..train.trainer import TrainingInterrupted
 from .claims import ClaimSet
-from .report import finished
+from .report import cell, finished
 from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
+
+if TYPE_CHECKING:
+    from .recipes import Recipe
 
 Values = tuple | Callable[[str], tuple]  # a fixed tuple, or one per scale
 
@@ -115,15 +118,6 @@ class Flag:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """One shipped YAML file of a study: its path under configs/<study>/, its comment header, its contents."""
-
-    path: str
-    header: str
-    config: dict
-
-
-@dataclass(frozen=True)
 class StudySpec:
     name: str  # `looped reproduce <name>`, configs/<name>/, results/<name>_<scale>/
     help: str
@@ -134,7 +128,8 @@ class StudySpec:
     keep: Callable[[dict, str], bool] = lambda key, scale: True  # drops combinations the paper does not run
     default_plan: Callable[[str], list[dict] | None] | None = None  # the plan when no axis is given (None: product)
     results_name: Callable[[str, dict], str] | None = None  # results/<this>; default "<name>_<scale>"
-    toy: Callable[[Path], dict] | None = None  # {"select", "overrides", "options"} training in seconds
+    # {"select", "overrides", "options"} training in seconds, or toy(tmp folder) -> that (to write toy data there)
+    toy: dict | Callable[[Path], dict] | None = None
     scales: tuple[str, ...] = ("cpu", "full")
     claims: ClaimSet | None = None  # the paper's claims: claims.md is rewritten with every report
 
@@ -201,6 +196,7 @@ class StudyBase:
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
+        self._configs: dict[tuple, Any] = {}  # config_once's
 
     def folder(self, key: dict) -> Path:
         return self.runs.joinpath(*(str(v) for k, v in key.items() if k != "seed"), f"seed{key['seed']}")
@@ -212,6 +208,14 @@ class StudyBase:
 
     def prepare(self, plan: list[dict], log) -> None:
         pass  # every score of a run is taken right after it trains
+
+    def config_once(self, key: dict, build: Callable[[], Any]):
+        """build() once per run key, then the same config (the engine asks for it when planning and again when
+        training; a study whose configs are slow to build keeps them). An error is raised again on every call."""
+        name = tuple((k, str(v)) for k, v in key.items())
+        if name not in self._configs:
+            self._configs[name] = build()
+        return self._configs[name]
 
     def per_run(self, name: str, by: str, values: Sequence[str]) -> ResultTable:
         """A CSV of several rows per run, <out>/<name>: the run's key columns, `by` (what varies within a run: a
@@ -420,6 +424,7 @@ class RunSummary:
     targets: int  # training targets seen
     evaluations: tuple[dict, ...]  # every validation record, in step order
     losses: tuple[tuple[int, float], ...] = ()  # (update, training loss) at every logged update, in update order
+    scoring_since: float | None = None  # time.perf_counter() when the engine handed the run to `evaluate`
 
     @classmethod
     def read(cls, folder: Path, seconds: float = 0.0, returned: dict | None = None) -> RunSummary:
@@ -434,9 +439,15 @@ class RunSummary:
                    tuple(events), tuple(sorted(losses.items())))
 
     def cells(self, model) -> dict:
-        """The results.csv cells every study records of a finished run (a table keeps the columns it has)."""
+        """The results.csv cells every study records of a finished run (a table keeps the columns it has): its
+        cost (eval_seconds: scoring so far, called last in `evaluate`), and the selected checkpoint's validation
+        metrics (val_loss ...) as 6-decimal cells."""
+        per_update = f"{self.seconds / self.updates:.3f}" if self.seconds and self.updates else ""
+        scoring = f"{time.perf_counter() - self.scoring_since:.1f}" if self.scoring_since is not None else ""
+        validation = {name: cell(value) for name, value in self.best_validation.items() if name.startswith("val_")}
         return {"parameters": model.parameter_counts()["total"], "updates": self.updates, "best_step": self.best_step,
-                "train_seconds": f"{self.seconds:.1f}", "status": "ok"}
+                "train_seconds": f"{self.seconds:.1f}", "seconds_per_update": per_update, "eval_seconds": scoring,
+                **validation, "status": "ok"}
 
     def curve(self, key: dict) -> list[dict]:
         """The rows of a training-loss curve table (curves.csv): the loss at every logged update, 6 decimals."""
@@ -556,7 +567,7 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
         if run is not None:
             if getattr(study, "curves", None) is not None:  # the training loss, kept past the run folder
                 study.curves.add_many(run.curve(key))
-            study.evaluate(key, config, run, log)
+            study.evaluate(key, config, replace(run, scoring_since=time.perf_counter()), log)
             (report or study.report)()
     (report or study.report)()
     return study.results
@@ -575,7 +586,7 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["Axis", "Backfill", "Flag", "Recipe", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill",
+__all__ = ["Axis", "Backfill", "Flag", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill",
            "backfill_checkpoint", "build", "claim_path", "execute", "get_study", "grouped_plan", "owed_retrains",
            "parse_select", "pending_runs", "plan_keys", "register_study", "reproduced", "retrain_status",
            "retrain_verdict", "run_study", "status", "status_report", "study_names", "unit_interval", "write_recipes",
