@@ -182,3 +182,30 @@ def test_a_retrain_from_before_the_record_is_checked_and_recorded_once(toy):
     toy.log.clear()
     toy.retrain()
     assert not any(m.startswith("recorded the earlier retrain") for m in toy.log), "recorded twice"
+
+
+# --- RLT: the shuffled-feedback ablation, added after the addition runs had finished ----------------------------
+def test_rlt_feedback_rows_owe_the_shuffled_ablation_and_a_reproducing_retrain_fills_it(tmp_path):
+    """The addition rows of RLT-1 / chunk 4 were trained before lengths.csv had the shuffled-feedback score and
+    their folders are gone: a retrain that reproduces the row's ID validation loss must fill exactly the cells
+    the original run would have, and a row without a feedback register owes nothing."""
+    setting = study_drivers.toy("rlt", tmp_path)
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    options = dict(select=setting["select"], overrides=setting["overrides"], **setting["options"])
+    engine.run_study("rlt", out, runs, progress=False, log=lambda m: None, **options)
+    study = engine.build("rlt", out, runs, overrides=setting["overrides"], **setting["options"])
+    key = {"task": "parity", "row": "rlt1", "seed": 42}
+    scored = {r["length"]: r["shuffled_feedback_accuracy"] for r in study.lengths.rows if r["row"] == "rlt1"}
+    assert scored and all(scored.values())
+    for row in study.lengths.rows:  # as in the lengths.csv of a run from before the ablation
+        row["shuffled_feedback_accuracy"] = ""
+    study.lengths.save()
+    shutil.rmtree(study.folder(key))
+    status = engine.status("rlt", out, runs, **options)
+    assert "owed: 1 run needs --retrain-owed" in status, status  # rlt1 only: the baseline has no register
+    log: list[str] = []
+    assert retrain.retrain_study("rlt", out, runs, progress=False, log=log.append, **options) == [key]
+    assert any(m.startswith("retrained parity / 42 / rlt1 reproduces its row (ID validation loss ") for m in log), log
+    again = engine.build("rlt", out, runs, overrides=setting["overrides"], **setting["options"])
+    assert {r["length"]: r["shuffled_feedback_accuracy"] for r in again.lengths.rows if r["row"] == "rlt1"} == scored
+    assert "owed:" not in engine.status("rlt", out, runs, **options)

@@ -27,8 +27,13 @@ from .render import (Column, bullets, groups, heading, inline, joined_spread, le
 from .report import MISSING, cell, paper_figure
 from .results import ResultTable, study_results
 from .rlt_claims import CLAIMS
-from .study import Axis, RunSummary, StudyBase, StudySpec, register_study
+from .retrain import Reproduction, retrains_note
+from .study import Axis, Backfill, RunSummary, StudyBase, StudySpec, register_study
 
+# A retrained run reproduces its row when its best checkpoint's ID validation loss is within this of the row's
+# (absolute): the recipes are seeded and run on one thread, so a rerun on the machine that trained the row gives
+# the same number to the 6 decimals stored; another machine's kernels may not.
+REPRODUCE_TOLERANCE = 1e-5
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
            "eval_seconds", "status", "machine"]
@@ -50,27 +55,51 @@ class RltStudy(StudyBase):
         self.lengths = self.per_run("lengths.csv", "length", ["sequences", *METRICS, "loss",
                                                               "shuffled_feedback_accuracy"])
         self.test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
+        # feedback rows trained before the shuffled-feedback ablation existed (addition) are scored again from
+        # their folder, or from a retrain that reproduces their row (`--retrain-owed`)
+        best = lambda key: ckpt.run_checkpoint(self.folder(key), "best")  # noqa: E731
+        self.backfills = (Backfill("shuffled feedback", self.lengths, lambda key, _: self.score_lengths(key, best(key)),
+                                   owed=self.owes_shuffled),)
 
     def config(self, key: dict) -> RunConfig:
         """The recipe of one (task, row, seed) at the study's scale, with its overrides merged on top."""
-        return recipe_config(rlt.run_config_dict(key["task"], key["row"], self.scale, key["seed"]), self.overrides)
+        return self.config_once(key, lambda: recipe_config(
+            rlt.run_config_dict(key["task"], key["row"], self.scale, key["seed"]), self.overrides))
 
-    def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
-        task = key["task"]
-        model, config = load_model(ckpt.run_checkpoint(run.folder, "best"))
+    def owes_shuffled(self, key: dict) -> bool:
+        """A feedback row's finished run whose length rows lack the shuffled-feedback score."""
+        model = self.config({**key, "seed": int(key["seed"])}).model  # a key read from results.csv holds text
+        return (model.arch == "rlt" and bool(model.feedback)
+                and any(not r["shuffled_feedback_accuracy"] for r in matching(self.lengths.rows, **key)))
+
+    def reproduces(self, key: dict, run: RunSummary) -> Reproduction:
+        """A retrained run against its results.csv row: the best checkpoint's ID validation loss."""
+        retrained = run.best_validation.get("val_loss", float("nan"))
+        return Reproduction("ID validation loss", float(self.results.find(**key)["val_loss"]), retrained,
+                            REPRODUCE_TOLERANCE)
+
+    def score_lengths(self, key: dict, best: Path, log=None):
+        """lengths.csv's rows of one run: its best checkpoint over the task's test grid (and, rows with a feedback
+        register, with shuffled feedback); returns the model and its config."""
+        model, config = load_model(best)
         has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
-                                   lengths=(self.test_lengths or {}).get(task), n=self.test_size,
+                                   lengths=(self.test_lengths or {}).get(key["task"]), n=self.test_size,
                                    batch_size=self.batch_size, cache=self.test_cache, log=log,
-                                   shuffled_metric=rlt.primary_metric(task) if has_feedback else None)
+                                   shuffled_metric=rlt.primary_metric(key["task"]) if has_feedback else None)
         self.lengths.add_many([{**key, **{k: cell(v) for k, v in record.items()}} for record in records])
+        return model, config
+
+    def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
+        model, config = self.score_lengths(key, ckpt.run_checkpoint(run.folder, "best"), log)
         self.results.add({**key, **run.cells(model), "arch": config.model.arch})  # with the best checkpoint's val_*
 
     def report(self) -> None:
         """table.md, then <task>.png (one panel per metric for S5: Fig. 13's prefix-token, final-state and
         whole-sequence) and feedback.png (Fig. 8: every task's headline accuracy across its test grid)."""
         lengths, scale = self.lengths, self.scale
-        write_table(self.out, (self.results, lengths), lambda: table_markdown(self.results, lengths, scale))
+        write_table(self.out, (self.results, lengths),
+                    lambda: table_markdown(self.results, lengths, scale, retrains_note(self, "rlt")))
         labels = {row: rlt.row_label(row, scale) for row in (*rlt.ROWS, *rlt.CPU_ONLY_ROWS)}
 
         def curves(ax, task: str, metric: str, title: str) -> None:  # a task's rows (mean ± SD over seeds)
@@ -114,7 +143,7 @@ def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
                           length=ablated)]
 
 
-def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> str:
+def table_markdown(results: ResultTable, lengths: ResultTable, scale: str, notes: list[str] = ()) -> str:
     rows = [(row,) for row in dict.fromkeys(r["row"] for r in results.rows)]
     title = "CPU scale" if scale == "cpu" else "the paper's recipe"
     changes = ["Changes to the paper's recipe, identical for every row:", bullets(rlt.CPU_CHANGES)]
@@ -128,7 +157,7 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str) -> st
             every_row = groups(results.rows, ("row",), order=rows, keep_empty=True, task=task)
             lines += ["", S5_PREFIX + inline(every_row, lambda g: rlt.row_label(g["row"], scale), at_512)]
         lines.append("")
-    return markdown(lines)
+    return markdown([*lines, *notes])
 
 
 # one colour per row in every panel and figure, in the plan's order
