@@ -209,3 +209,20 @@ def test_rlt_feedback_rows_owe_the_shuffled_ablation_and_a_reproducing_retrain_f
     again = engine.build("rlt", out, runs, overrides=setting["overrides"], **setting["options"])
     assert {r["length"]: r["shuffled_feedback_accuracy"] for r in again.lengths.rows if r["row"] == "rlt1"} == scored
     assert "owed:" not in engine.status("rlt", out, runs, **options)
+
+
+def test_a_retrain_stopped_by_a_signal_stops_the_call_and_stays_resumable(toy, monkeypatch):
+    """SIGTERM / Ctrl-C during a retrain checkpoints it: recording that as "training failed" made the folder
+    final (never resumed, never scored) and the call went on to the next run."""
+    from looped.train.trainer import TrainingInterrupted
+
+    def stopped(*args, **kwargs):
+        raise TrainingInterrupted("stopped by SIGTERM at update 1/2, checkpoint saved")
+
+    monkeypatch.setattr(engine, "train_run", stopped)
+    with pytest.raises(TrainingInterrupted):
+        toy.retrain()
+    assert engine.retrain_verdict(toy.study.folder(toy.key)).startswith(engine.RETRAINING)
+    assert retrain.retrains_table(toy.build()).rows == []
+    monkeypatch.undo()
+    assert toy.retrain() == [toy.key] and toy.rows_of(toy.key) == toy.scored

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from ..train import TrainingError
+from ..train.trainer import TrainingInterrupted
 from . import study as engine
 from .results import ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
 
@@ -133,6 +134,8 @@ def retrain_one(study: engine.Study, key: dict, progress: bool, log) -> None:
         atomic_write_text(verdict, f"{engine.RETRAINING}: its results.csv row is the reference; not checked yet\n")
     try:
         run = engine.train_run(study.config(key), folder, progress, log)
+    except TrainingInterrupted:  # Ctrl-C / SIGTERM: checkpointed, still "retraining"; the call stops here
+        raise
     except TrainingError as err:  # no failed row: the committed row stands; the retrain is what failed
         check, reason = None, f"{TRAINING_FAILED}: {str(err).splitlines()[0]}"
     else:
