@@ -30,9 +30,8 @@ from .rlt_claims import CLAIMS
 from .retrain import Reproduction, retrains_note
 from .study import Axis, Backfill, RunSummary, StudyBase, StudySpec, register_study
 
-# A retrained run reproduces its row when its best checkpoint's ID validation loss is within this of the row's
-# (absolute): the recipes are seeded and run on one thread, so a rerun on the machine that trained the row gives
-# the same number to the 6 decimals stored; another machine's kernels may not.
+# |retrained - row| of the best checkpoint's ID validation loss for a retrain to reproduce its row: the recipes are
+# seeded and run on one thread, so the machine that trained the row gives the same 6 decimals (another may not)
 REPRODUCE_TOLERANCE = 1e-5
 COLUMNS = ["task", "row", "arch", "seed", "parameters", "updates", "best_step", "val_loss",
            "val_final_state_accuracy", "val_prefix_token_accuracy", "train_seconds", "seconds_per_update",
@@ -55,10 +54,8 @@ class RltStudy(StudyBase):
         self.lengths = self.per_run("lengths.csv", "length", ["sequences", *METRICS, "loss",
                                                               "shuffled_feedback_accuracy"])
         self.test_cache: dict = {}  # test rows are shared by every row and seed: generate each set once
-        # feedback rows trained before the shuffled-feedback ablation existed (addition) are scored again from
-        # their folder, or from a retrain that reproduces their row (`--retrain-owed`)
-        best = lambda key: ckpt.run_checkpoint(self.folder(key), "best")  # noqa: E731
-        self.backfills = (Backfill("shuffled feedback", self.lengths, lambda key, _: self.score_lengths(key, best(key)),
+        # feedback rows trained before the shuffled-feedback ablation (addition) are scored again from their folder
+        self.backfills = (Backfill("shuffled feedback", self.lengths, lambda key, _: self.score_lengths(key),
                                    owed=self.owes_shuffled),)
 
     def config(self, key: dict) -> RunConfig:
@@ -74,14 +71,13 @@ class RltStudy(StudyBase):
 
     def reproduces(self, key: dict, run: RunSummary) -> Reproduction:
         """A retrained run against its results.csv row: the best checkpoint's ID validation loss."""
-        retrained = run.best_validation.get("val_loss", float("nan"))
-        return Reproduction("ID validation loss", float(self.results.find(**key)["val_loss"]), retrained,
-                            REPRODUCE_TOLERANCE)
+        return Reproduction("ID validation loss", float(self.results.find(**key)["val_loss"]),
+                            run.best_validation.get("val_loss", float("nan")), REPRODUCE_TOLERANCE)
 
-    def score_lengths(self, key: dict, best: Path, log=None):
+    def score_lengths(self, key: dict, folder: Path | None = None, log=None):
         """lengths.csv's rows of one run: its best checkpoint over the task's test grid (and, rows with a feedback
         register, with shuffled feedback); returns the model and its config."""
-        model, config = load_model(best)
+        model, config = load_model(ckpt.run_checkpoint(folder or self.folder(key), "best"))
         has_feedback = config.model.arch == "rlt" and config.model.feedback  # the ablation needs a register
         records = evaluate_lengths(model, config.task.name, variant=config.task.variant,
                                    lengths=(self.test_lengths or {}).get(key["task"]), n=self.test_size,
@@ -91,7 +87,7 @@ class RltStudy(StudyBase):
         return model, config
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
-        model, config = self.score_lengths(key, ckpt.run_checkpoint(run.folder, "best"), log)
+        model, config = self.score_lengths(key, run.folder, log)
         self.results.add({**key, **run.cells(model), "arch": config.model.arch})  # with the best checkpoint's val_*
 
     def report(self) -> None:
