@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,8 @@ from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
 from ..train.trainer import TrainingInterrupted
+from .backfills import (DIFFERS, REPRODUCES, RETRAINED, RETRAINING, Backfill, backfill, backfill_checkpoint,
+                        claim_path, owed_retrains, retrain_status, retrain_verdict)
 from .claims import ClaimSet
 from .report import cell, finished
 from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
@@ -164,21 +165,6 @@ class Study(Protocol):
 
     def report(self) -> None:
         """Rewrite tables, plots and claims.md from the CSVs (rows of other processes included)."""
-
-
-@dataclass(frozen=True)
-class Backfill:
-    """A score a study added after some of its runs had finished (a results column, a CSV of its own), taken
-    again from the run folders of the finished runs that lack it (see `backfill`)."""
-
-    what: str  # for the log: "scoring <what>: <run>"
-    table: ResultTable  # where the score lands
-    score: Callable[[dict, Path], None]  # score(key, checkpoint): score the run and add its rows to `table`
-    # owed(key): the finished run of `key` lacks the score in `table` (None: `table` has no row of the key)
-    owed: Callable[[dict], bool] | None = None
-
-    def owes(self, key: dict) -> bool:
-        return self.owed(key) if self.owed is not None else not self.table.has(**key)
 
 
 class StudyBase:
@@ -336,67 +322,6 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
             yield key
 
 
-def claim_path(table: ResultTable, key: dict, what: str = "") -> Path:
-    """The lock file a process holds while it trains (or, with `what`, backfills) the run of `key`."""
-    parts = [what] if what else []
-    name = re.sub(r"[^A-Za-z0-9_.=-]", "-", "_".join([*parts, *(f"{k}={v}" for k, v in key.items())]))
-    return table.path.parent / ".claims" / f"{name}.lock"
-
-
-def backfill(study: Study, log, keys: list[dict] | None = None) -> None:
-    """Every Backfill of the study, for each finished run (of `keys`, default all) that lacks it and whose run
-    folder holds a last checkpoint it may score (`backfill_checkpoint`; the others keep empty cells). Each is
-    claimed like a training run, so two processes of one study never score the same run twice."""
-    if keys is None:
-        keys = [{name: row[name] for name in study.results.key} for row in finished(study.results.rows)]
-    for fill in getattr(study, "backfills", ()):
-        for key in keys:
-            if not fill.owes(key) or (last := backfill_checkpoint(study.folder(key))) is None:
-                continue
-            with exclusive_lock(claim_path(fill.table, key, fill.what), wait=False) as mine:
-                fill.table.reload()  # scored by another process meanwhile?
-                if mine and fill.owes(key):
-                    log(f"scoring {fill.what}: {run_label(key)}")
-                    fill.score(key, last)
-
-
-# A run folder trained again because its committed row's folder was gone holds RETRAINED: "retraining" until the
-# retrained run is checked against the row, then "reproduces ..." or "does not reproduce: <both numbers>".
-RETRAINED = "retrained.txt"
-RETRAINING, REPRODUCES, DIFFERS = "retraining", "reproduces", "does not reproduce"
-
-
-def retrain_verdict(folder: Path) -> str | None:
-    """The first line of a run folder's RETRAINED file; None for a folder that was never retrained."""
-    path = Path(folder) / RETRAINED
-    return path.read_text().splitlines()[0] if path.exists() else None
-
-
-def backfill_checkpoint(folder: Path) -> Path | None:
-    """The last checkpoint a Backfill may score: None when there is none, and when the folder was retrained and
-    not shown to reproduce its row (a retrain half-way, unchecked, or off the row's figure)."""
-    verdict = retrain_verdict(folder)
-    if verdict is not None and not verdict.startswith(REPRODUCES):
-        return None
-    return ckpt.find_checkpoint(Path(folder) / "checkpoints" / "last")
-
-
-def owed_retrains(study: Study, plan: list[dict]) -> list[dict]:
-    """The runs of `plan` that finished (a row in results.csv), owe a Backfill, and have no checkpoint to score
-    it from: their folder is gone (only the row was kept), or a retrain of it has not finished and been checked."""
-    def owed(key: dict) -> bool:
-        row = study.results.find(**key)
-        if row is None or not finished([row]) or not any(fill.owes(key) for fill in getattr(study, "backfills", ())):
-            return False
-        folder = study.folder(key)
-        verdict = retrain_verdict(folder)
-        if verdict is None:
-            return ckpt.find_checkpoint(folder / "checkpoints" / "last") is None
-        return verdict.startswith(RETRAINING)
-
-    return [key for key in plan if owed(key)]
-
-
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
     """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
     order the study would run them, and the counts."""
@@ -512,23 +437,6 @@ def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", 
     return status_report(study.results, plan, f"{spec.name} {scale}") + refused + retrain_status(study, plan)
 
 
-def retrain_status(study: Study, plan: list[dict]) -> str:
-    """--status's lines on retrains: how many runs owe one, how many retrained runs did not reproduce their row
-    (nothing when there are none)."""
-    owed = len(owed_retrains(study, plan))
-    differ = sum((retrain_verdict(study.folder(key)) or "").startswith(DIFFERS) for key in plan)
-    if owed and getattr(study, "reproduces", None) is None:
-        lines = [f"owed: {owed} run(s) owe a backfill and have no run folder, but this study cannot check a retrain "
-                 "against its row (no `reproduces`), so --retrain-owed cannot fill them"]
-    else:
-        lines = [f"owed: {owed} run{'s need' if owed != 1 else ' needs'} --retrain-owed (finished, owe a backfill, "
-                 "no run folder to take it from)"] if owed else []
-    if differ:
-        lines.append(f"not reproduced: {differ} retrained run(s) differ from their rows ({RETRAINED} in the run "
-                     "folder says by how much)")
-    return "".join(f"{line}\n" for line in lines)
-
-
 def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
               overrides: dict | None = None, progress: bool = True, stop_after: float | None = None, log=print,
               **options) -> ResultTable:
@@ -586,8 +494,8 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["Axis", "Backfill", "Flag", "RunSummary", "Study", "StudyBase", "StudySpec", "backfill",
-           "backfill_checkpoint", "build", "claim_path", "execute", "get_study", "grouped_plan", "owed_retrains",
-           "parse_select", "pending_runs", "plan_keys", "register_study", "reproduced", "retrain_status",
-           "retrain_verdict", "run_study", "status", "status_report", "study_names", "unit_interval", "write_recipes",
-           "write_report"]
+__all__ = ["DIFFERS", "REPRODUCES", "RETRAINED", "RETRAINING", "Axis", "Backfill", "Flag", "RunSummary", "Study",
+           "StudyBase", "StudySpec", "backfill", "backfill_checkpoint", "build", "claim_path", "execute", "get_study",
+           "grouped_plan", "owed_retrains", "parse_select", "pending_runs", "plan_keys", "register_study",
+           "retrain_status", "retrain_verdict", "run_study", "status", "status_report", "study_names",
+           "unit_interval", "write_recipes", "write_report"]
