@@ -583,3 +583,15 @@ def test_the_gate_figure_names_the_size_of_its_cores(tmp_path, monkeypatch):
                for task, count in (("graph", "205441"), ("logic", "65089"))]
     plot_gates(gates, results, tmp_path / "gates.png", name=lambda r: f"drt_seed{r['seed']}", core="drt")
     assert kept["title"].startswith("Depth-recurrent core (65,089–205,441 parameters)")
+
+
+def test_a_model_without_a_gate_writes_no_gate_rows():
+    """The fixed Transformer, GNN and UT+ACT have no update gate: their grid's gate_means is None, and scoring
+    one crashed the study after training (graph fixed_transformer seed 43 lost its evaluation)."""
+    from looped.experiments.reasoning_scores import gate_rows
+
+    key = {"task": "graph", "arch": "fixed_transformer", "alpha": 0.0, "seed": 43}
+    grid = AccuracyGrid([1, 2], [3], np.array([[0.5], [0.6]]), np.array([10]))
+    assert grid.gate_means is None and gate_rows(key, grid) == []
+    gated = AccuracyGrid([1, 2], [3], np.array([[0.5], [0.6]]), np.array([10]), gate_means=[0.25, 0.5])
+    assert [r["gate_mean"] for r in gate_rows(key, gated)] == ["0.250000", "0.500000"]

@@ -41,7 +41,8 @@ def best_accuracy(run: dict) -> dict[int, float]:
 
 def gate_rows(key: dict, grid: AccuracyGrid) -> list[dict]:
     """The mean update gate at every thinking step ([] for a model without a gate)."""
-    return [{**key, "step": step, "gate_mean": f"{value:.6f}"} for step, value in enumerate(grid.gate_means, start=1)]
+    gates = grid.gate_means or ()  # None: a fixed-depth baseline, ACT, the tied ablation
+    return [{**key, "step": step, "gate_mean": f"{value:.6f}"} for step, value in enumerate(gates, start=1)]
 
 
 def diagnostic_rows(key: dict, model, rows, budgets: Sequence[int], trained_steps: int, *,
