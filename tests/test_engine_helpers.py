@@ -227,3 +227,21 @@ def test_the_report_says_what_retrain_owed_did(tmp_path):
                                            "position, early exit) was owed (`looped reproduce x --scale cpu "
                                            "--retrain-owed`): ")
     assert "3 run(s), 2 reproducing their row's bits/byte within 0.001 (largest difference 0.000005)" in note
+
+
+def test_a_run_scored_by_a_later_process_records_the_trainers_clock_not_zero(tmp_path):
+    """A run whose evaluation crashed after training is scored by the next call, which trains nothing: its row
+    said train_seconds 0.0 and pulled the table's minutes-per-run median down."""
+    import json
+
+    from helpers import tiny_run_config, write_text_corpus
+    from looped.config import from_dict
+    from looped.train import RunConfig, Trainer
+
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    config = from_dict(RunConfig, tiny_run_config(corpus, train={"max_steps": 2, "eval_every": 0}))
+    Trainer(config, tmp_path / "run", progress=False, log=lambda _: None).run()
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    clock = [e["seconds"] for e in logged if "seconds" in e][-1]
+    assert clock > 0 and RunSummary.read(tmp_path / "run").seconds == clock
+    assert RunSummary.read(tmp_path / "run", seconds=7.0).seconds == 7.0  # trained in this process: its own time

@@ -343,7 +343,7 @@ class RunSummary:
     from its last checkpoint when it had finished before; the validation curve from its metrics.jsonl."""
 
     folder: Path
-    seconds: float  # training wall time in this process (0: finished before this call)
+    seconds: float  # training wall time in this process (finished before this call: the trainer's logged clock)
     updates: int
     best_step: int | None
     targets: int  # training targets seen
@@ -360,6 +360,8 @@ class RunSummary:
         logged = read_metrics(path) if path.exists() else []
         events = [e for e in logged if any(k.startswith("val_") for k in e)]
         losses = {e["step"]: e["loss"] for e in logged if "loss" in e}  # an update logged twice (resumed): last wins
+        if not seconds:  # scored by a later process (a crash after training ...): the trainer's own clock, summed
+            seconds = next((e["seconds"] for e in reversed(logged) if "seconds" in e), 0.0)  # over its processes
         return cls(Path(folder), seconds, int(meta["step"]), meta.get("best_step"), int(meta.get("targets", 0)),
                    tuple(events), tuple(sorted(losses.items())))
 
