@@ -45,7 +45,7 @@ from ..train.trainer import TrainingInterrupted
 from .backfills import (DIFFERS, REPRODUCES, RETRAINED, RETRAINING, Backfill, backfill, backfill_checkpoint,
                         claim_path, owed_retrains, retrain_status, retrain_verdict)
 from .claims import ClaimSet
-from .report import cell, finished
+from .report import cell
 from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
 
 if TYPE_CHECKING:
