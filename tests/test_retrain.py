@@ -124,6 +124,63 @@ def test_a_retrain_off_its_row_is_not_backfilled_and_the_log_says_why(toy, monke
     assert "not reproduced: 1 retrained run(s)" in toy.status() and "owed:" not in toy.status()
 
 
+def drift(monkeypatch, by: float = 0.01) -> None:
+    """Make every held-out score of the toy `by` bits/byte worse (a retrain by code that no longer reproduces)."""
+    real = clw_study.heldout_scorer
+
+    def drifted(checkpoint):
+        model, config, score = real(checkpoint)
+        return model, config, lambda **setting: {**(r := score(**setting)), "bits_per_byte": r["bits_per_byte"] + by}
+
+    monkeypatch.setattr(clw_study, "heldout_scorer", drifted)
+
+
+def test_replace_differing_makes_a_retrain_that_differs_the_row_and_scores_it(toy, monkeypatch):
+    """Rows trained by older code may not reproduce bit for bit; without a way to adopt the retrain, their owed
+    scores (by position, early exit) could never be filled."""
+    committed = float(toy.study.results.find(**toy.key)["bits_per_byte"])
+    drift(monkeypatch)
+    assert toy.retrain(replace_differing=True) == [toy.key]
+    label = engine.run_label(toy.key)
+    assert any(m.startswith(f"retrained {label} replaces its row: held-out bits/byte ") for m in toy.log), toy.log
+    row = toy.build().results.find(**toy.key)
+    assert float(row["bits_per_byte"]) == pytest.approx(committed + 0.01, abs=2e-6), "the row is not the retrain's"
+    assert row["status"] == "ok" and float(row["train_seconds"]) > 0
+    assert not toy.unscored(), "the replaced row's owed scores were not filled"
+    [recorded] = retrain.retrains_table(toy.build()).rows
+    assert recorded["verdict"] == engine.REPLACED
+    assert float(recorded["committed"]) == pytest.approx(committed, abs=1e-6)
+    assert float(recorded["difference"]) == pytest.approx(0.01, abs=2e-6)
+    assert "1 replacing their row" in (toy.out / "table.md").read_text()
+    status = toy.status()
+    assert "replaced: 1 row(s)" in status and "owed:" not in status and "not reproduced" not in status
+    toy.log.clear()
+    assert toy.retrain(replace_differing=True) == [], "a replaced row was retrained again"
+
+
+def test_replace_differing_adopts_an_earlier_refused_retrain_without_training_it_again(toy, monkeypatch):
+    drift(monkeypatch)
+    assert toy.retrain() == [toy.key] and toy.unscored()  # refused: the row stands
+    metrics = toy.study.folder(toy.key) / "metrics.jsonl"
+    trained = metrics.stat().st_mtime_ns
+    toy.log.clear()
+    assert toy.retrain(replace_differing=True) == [toy.key]
+    assert f"== replacing the row of {engine.run_label(toy.key)} by its earlier retrain, which differs from it" \
+        in toy.log
+    assert metrics.stat().st_mtime_ns == trained, "the refused retrain was trained again"
+    assert [r["verdict"] for r in retrain.retrains_table(toy.build()).rows] == [engine.REPLACED]
+    assert not toy.unscored()
+
+
+def test_replace_differing_without_retrain_owed_is_refused_in_one_line(toy, capsys):
+    from looped.cli import main
+
+    argv = ["reproduce", STUDY, "--replace-differing", "--out", str(toy.out), "--runs", str(toy.runs)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--replace-differing goes with --retrain-owed" in err and len(err.splitlines()) == 1
+
+
 def test_a_killed_retrain_resumes_and_is_never_scored_half_way(toy):
     folder = toy.study.folder(toy.key)
     (folder / engine.RETRAINED).parent.mkdir(parents=True)
@@ -168,6 +225,8 @@ def test_the_command_line_option_retrains_the_selected_runs(toy, monkeypatch, ca
             "--stop-after", "5", "--no-progress"]
     assert main(argv) == 0
     assert called["out"] == toy.out and called["select"] == {"seed": (11,)} and called["stop_after"] == 5
+    assert called["replace_differing"] is False
+    assert main([*argv, "--replace-differing"]) == 0 and called["replace_differing"] is True
     assert capsys.readouterr().out.startswith("the table")
 
 

@@ -5,6 +5,7 @@
     looped reproduce rlt --scale cpu [--tasks ...] [--seeds ...] [--rows ...]
     looped reproduce <study> ... --status | --report | --write-recipes | --stop-after MINUTES | --set KEY=VALUE
     looped reproduce <study> ... --retrain-owed   # finished runs owing a backfill whose folders are gone
+    looped reproduce <study> ... --retrain-owed --replace-differing   # a retrain that differs becomes the row
 
 Every axis of a study (looped.experiments.study.Axis) is one option taking several values; every Flag one more
 option. A study registered by a plugin gets its sub-command the same way.
@@ -36,6 +37,10 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
                         help="train again each finished run that owes a score added later (a backfill) and whose "
                              "run folder is gone, check it reproduces its results.csv row, then score it; trains "
                              "no other run (--status counts them)")
+    parser.add_argument("--replace-differing", action="store_true",
+                        help="with --retrain-owed: a retrain that does not reproduce its row replaces it (the row "
+                             "and every score become the retrain's, trained by today's code; both figures stay in "
+                             "retrains.csv); also a run retrained earlier that differed")
     parser.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes; 0: start "
                              "none)")
@@ -72,6 +77,9 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
     from ..config import parse_overrides
     from ..experiments.results import repository_root, study_folders
 
+    if args.replace_differing and not args.retrain_owed:
+        raise ValueError("--replace-differing goes with --retrain-owed (it decides what a retrain that differs "
+                         "from its row does)")
     if args.write_recipes:
         root = (repository_root() or Path.cwd()) / "configs" / spec.name
         print(f"wrote {len(engine.write_recipes(spec, root))} recipes under {root}")
@@ -91,7 +99,8 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
         from ..experiments.retrain import retrain_study
 
         retrain_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
-                      progress=not args.no_progress, stop_after=args.stop_after, **flags)
+                      progress=not args.no_progress, stop_after=args.stop_after,
+                      replace_differing=args.replace_differing, **flags)
         print((out / "table.md").read_text())
         return 0
     engine.run_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),

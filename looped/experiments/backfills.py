@@ -60,9 +60,11 @@ def backfill(study: Study, log, keys: list[dict] | None = None) -> None:
 
 
 # A run folder trained again because its committed row's folder was gone holds RETRAINED: "retraining" until the
-# retrained run is checked against the row, then "reproduces ..." or "does not reproduce: <both numbers>".
+# retrained run is checked against the row, then "reproduces ..." or "does not reproduce: <both numbers>", or
+# (`--retrain-owed --replace-differing`) "replaced its row: <both numbers>": the row is the retrain's since.
 RETRAINED = "retrained.txt"
-RETRAINING, REPRODUCES, DIFFERS = "retraining", "reproduces", "does not reproduce"
+RETRAINING, REPRODUCES, DIFFERS, REPLACED = "retraining", "reproduces", "does not reproduce", "replaced its row"
+SCORABLE = (REPRODUCES, REPLACED)  # a retrained folder whose checkpoints stand for its row
 
 
 def retrain_verdict(folder: Path) -> str | None:
@@ -73,9 +75,9 @@ def retrain_verdict(folder: Path) -> str | None:
 
 def backfill_checkpoint(folder: Path) -> Path | None:
     """The last checkpoint a Backfill may score: None when there is none, and when the folder was retrained and
-    not shown to reproduce its row (a retrain half-way, unchecked, or off the row's figure)."""
+    neither reproduces its row nor replaced it (a retrain half-way, unchecked, or off the row's figure)."""
     verdict = retrain_verdict(folder)
-    if verdict is not None and not verdict.startswith(REPRODUCES):
+    if verdict is not None and not verdict.startswith(SCORABLE):
         return None
     return ckpt.find_checkpoint(Path(folder) / "checkpoints" / "last")
 
@@ -100,7 +102,8 @@ def retrain_status(study: Study, plan: list[dict]) -> str:
     """--status's lines on retrains: how many runs owe one, how many retrained runs did not reproduce their row
     (nothing when there are none)."""
     owed = len(owed_retrains(study, plan))
-    differ = sum((retrain_verdict(study.folder(key)) or "").startswith(DIFFERS) for key in plan)
+    verdicts = [retrain_verdict(study.folder(key)) or "" for key in plan]
+    differ, replaced = sum(v.startswith(DIFFERS) for v in verdicts), sum(v.startswith(REPLACED) for v in verdicts)
     if owed and getattr(study, "reproduces", None) is None:
         lines = [f"owed: {owed} run(s) owe a backfill and have no run folder, but this study cannot check a retrain "
                  "against its row (no `reproduces`), so --retrain-owed cannot fill them"]
@@ -109,8 +112,11 @@ def retrain_status(study: Study, plan: list[dict]) -> str:
                  "no run folder to take it from)"] if owed else []
     if differ:
         lines.append(f"not reproduced: {differ} retrained run(s) differ from their rows ({RETRAINED} in the run "
-                     "folder says by how much)")
+                     "folder says by how much; --replace-differing makes a retrain the row)")
+    if replaced:
+        lines.append(f"replaced: {replaced} row(s) are their retrain's (it differed from the old row; both figures in "
+                     "retrains.csv)")
     return "".join(f"{line}\n" for line in lines)
 
 
-__all__ = ["Backfill", "DIFFERS", "REPRODUCES", "RETRAINED", "RETRAINING", "backfill", "backfill_checkpoint", "claim_path", "owed_retrains", "retrain_status", "retrain_verdict"]
+__all__ = ["Backfill", "DIFFERS", "REPLACED", "REPRODUCES", "RETRAINED", "RETRAINING", "backfill", "backfill_checkpoint", "claim_path", "owed_retrains", "retrain_status", "retrain_verdict"]

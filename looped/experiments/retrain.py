@@ -8,9 +8,16 @@ folder (the recipes are seeded and run on one thread). The retrain is resumable 
 one. Before any Backfill uses it, the study's `reproduces(key, run)` compares its headline figure with the
 row's; a run that does not reproduce is logged with both numbers and never backfilled (its cells stay empty).
 The verdict is kept in the run folder (study.RETRAINED), so a later call neither scores a half-trained or
-unchecked retrain nor retrains a refused one. results.csv is never written here; each retrain's figure beside its
-row's goes to retrains.csv in the study's results folder (committed with the rows: the run folders are not), also
-for a folder retrained before that record existed.
+unchecked retrain nor retrains a refused one. Each retrain's figure beside its row's goes to retrains.csv in the
+study's results folder (committed with the rows: the run folders are not), also for a folder retrained before
+that record existed.
+
+results.csv is not written, except with `replace_differing` (`--replace-differing`): a retrain that does not
+reproduce its row then *becomes* the row. It is a whole run of the row's recipe and seed, trained by today's
+code (a row trained by older code may no longer be reproducible bit for bit: a changed kernel, a changed random
+stream), so its row and every score are taken from it, as for a run trained now, and the old figure stays in
+retrains.csv beside the new one (verdict "replaced its row"). A folder retrained earlier and refused is
+replaced the same way without training again.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from ..io import atomic_write_text
 from ..train import TrainingError
 from ..train.trainer import TrainingInterrupted
 from . import study as engine
-from .results import ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
+from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
 
 RETRAINS = "retrains.csv"
 TRAINING_FAILED = "training failed"
@@ -69,40 +76,54 @@ def record(study: engine.Study, key: dict, check: Reproduction | None, verdict: 
 def retrains_note(study: engine.Study, name: str) -> list[str]:
     """The report's account of `looped reproduce <name> --retrain-owed` (a blank line, then a paragraph; nothing
     when retrains.csv is empty): how many runs were trained again for the scores their folders owed (the study's
-    Backfills), how many reproduced their row and were scored, the largest difference among those."""
+    Backfills), how many reproduced their row and were scored, how many replaced it, the largest difference of
+    each."""
     command = f"looped reproduce {name} --scale {study.scale} --retrain-owed"
     retrains = retrains_table(study).rows
     if not retrains:
         return []
-    held = [r for r in retrains if r["verdict"] == engine.REPRODUCES]
-    largest = f" (largest difference {max(abs(float(r['difference'])) for r in held):.6f})" if held else ""
+
+    def counted(verdict: str) -> tuple[int, str]:
+        rows = [r for r in retrains if r["verdict"] == verdict]
+        largest = f" (largest difference {max(abs(float(r['difference'])) for r in rows):.6f})" if rows else ""
+        return len(rows), largest
+
+    (held, held_largest), (replaced, replaced_largest) = counted(engine.REPRODUCES), counted(engine.REPLACED)
     compared = next((f"{r['figure']} within {r['tolerance']}" for r in retrains if r.get("figure")), "figure")
     owed = ", ".join(fill.what for fill in study.backfills)
+    replacing = (f", {replaced} replacing their row (they differed{replaced_largest}; rerun by today's code with "
+                 "`--replace-differing`, the old figure kept)") if replaced else ""
     return ["", f"Trained again because the run folder was gone and a later score ({owed}) was owed (`{command}`): "
-                f"{len(retrains)} run(s), {len(held)} reproducing their row's {compared}{largest} and scored from "
-                "the retrain, the others not scored; each pair in retrains.csv."]
+                f"{len(retrains)} run(s), {held} reproducing their row's {compared}{held_largest} and scored from "
+                f"the retrain{replacing}, the others not scored; each pair in retrains.csv."]
 
 
 def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu",
                   select: Mapping | None = None, overrides: dict | None = None, progress: bool = True,
-                  stop_after: float | None = None, log=print, **options) -> list[dict]:
-    """Retrain, check and backfill the owed runs of a study's plan, then rewrite its report; the keys retrained.
-    Refused (ValueError) when --set differs from the settings the rows were trained with: a retrain must run the
-    row's own config."""
+                  stop_after: float | None = None, replace_differing: bool = False, log=print,
+                  **options) -> list[dict]:
+    """Retrain, check and backfill the owed runs of a study's plan, then rewrite its report; the keys retrained
+    (or replaced). Refused (ValueError) when --set differs from the settings the rows were trained with: a
+    retrain must run the row's own config."""
     spec = engine.get_study(spec) if isinstance(spec, str) else spec
     study = engine.build(spec, out, runs, scale=scale, overrides=overrides, **options)
     check_same_settings(study.results, overrides_text(overrides))
     plan = engine.runnable(study, engine.plan_keys(spec, scale, select), log)
-    done = retrain_owed(study, plan, progress=progress, stop_after=stop_after, log=log)
+    done = retrain_owed(study, plan, progress=progress, stop_after=stop_after, replace_differing=replace_differing,
+                        log=log)
     engine.write_report(spec, study, scale)
     return done
 
 
 def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True, stop_after: float | None = None,
-                 log=print) -> list[dict]:
+                 replace_differing: bool = False, log=print) -> list[dict]:
     """Each owed run of `plan` (engine.owed_retrains) in plan order, claimed so two processes never retrain the
-    same run; no new retrain starts once `stop_after` minutes have passed (0: none starts). The keys retrained."""
+    same run; no new retrain starts once `stop_after` minutes have passed (0: none starts). With
+    `replace_differing`, also the runs retrained earlier that did not reproduce their row (they replace it). The
+    keys retrained."""
     owed = engine.owed_retrains(study, plan)
+    if replace_differing:
+        owed += [key for key in plan if refused(study.folder(key))]
     if owed and getattr(study, "reproduces", None) is None:
         log(f"{len(owed)} run(s) owe a backfill, but this study cannot check a retrained run against its row "
             "(no `reproduces`): nothing retrained")
@@ -117,23 +138,35 @@ def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True
         with exclusive_lock(engine.claim_path(study.results, key, "retrain"), wait=False) as mine:
             if not mine:
                 log(f"skipping {run_label(key)}: another process is retraining it")
-            elif engine.owed_retrains(study, [key]):  # not retrained by another process meanwhile
-                retrain_one(study, key, progress, log)
+            elif engine.owed_retrains(study, [key]) or (replace_differing and refused(study.folder(key))):
+                retrain_one(study, key, progress, log, replace_differing)  # (not done by another process meanwhile)
                 done.append(key)
     return done
 
 
-def retrain_one(study: engine.Study, key: dict, progress: bool, log) -> None:
+def refused(folder: Path) -> bool:
+    """The folder holds a finished retrain that did not reproduce its row (one that failed to train does not
+    count: there is nothing to put in the row)."""
+    verdict = engine.retrain_verdict(folder) or ""
+    return verdict.startswith(engine.DIFFERS) and not verdict.startswith(f"{engine.DIFFERS}: {TRAINING_FAILED}")
+
+
+def retrain_one(study: engine.Study, key: dict, progress: bool, log, replace_differing: bool = False) -> None:
     """Train (or resume) the run of `key` into its folder, check it against its row, then backfill it if it
-    reproduces. The folder's verdict file is written before training (a kill leaves "retraining": resumed next
-    time, never scored) and replaced by the check's verdict."""
+    reproduces, or (`replace_differing`) score it as the row if it does not. The folder's verdict file is written
+    before training (a kill leaves "retraining": resumed next time, never scored) and replaced by the check's
+    verdict."""
     folder = study.folder(key)
-    log(f"== retraining {run_label(key)}: finished, owes a backfill, its run folder is gone")
+    if refused(folder):
+        log(f"== replacing the row of {run_label(key)} by its earlier retrain, which differs from it")
+    else:
+        log(f"== retraining {run_label(key)}: finished, owes a backfill, its run folder is gone")
     verdict = folder / engine.RETRAINED
     if engine.retrain_verdict(folder) is None:
         atomic_write_text(verdict, f"{engine.RETRAINING}: its results.csv row is the reference; not checked yet\n")
+    config = study.config(key)
     try:
-        run = engine.train_run(study.config(key), folder, progress, log)
+        run = engine.train_run(config, folder, progress, log)
     except TrainingInterrupted:  # Ctrl-C / SIGTERM: checkpointed, still "retraining"; the call stops here
         raise
     except TrainingError as err:  # no failed row: the committed row stands; the retrain is what failed
@@ -141,6 +174,9 @@ def retrain_one(study: engine.Study, key: dict, progress: bool, log) -> None:
     else:
         check = study.reproduces(key, run)
         reason = check.reason
+    if reason is not None and check is not None and replace_differing:
+        replace_row(study, key, config, run, check, log)
+        return
     if reason is not None:
         atomic_write_text(verdict, f"{engine.DIFFERS}: {reason}\n")
         record(study, key, check, TRAINING_FAILED if check is None else engine.DIFFERS)
@@ -151,6 +187,19 @@ def retrain_one(study: engine.Study, key: dict, progress: bool, log) -> None:
     record(study, key, check, engine.REPRODUCES)
     log(f"retrained {run_label(key)} reproduces its row ({check.figure} {check.retrained:.6f} vs "
         f"{check.committed:.6f})")
+    engine.backfill(study, log, [key])
+
+
+def replace_row(study: engine.Study, key: dict, config, run: engine.RunSummary, check: Reproduction, log) -> None:
+    """Make the retrained run of `key` its row: scored as a run trained now (its results.csv row and every score,
+    each replacing the old run's), the old figure beside the new in retrains.csv, then any score still owed."""
+    study.results.execution = engine.execution(config)
+    # the row keeps its --set settings (the retrain ran the row's own config: retrain_study checked they agree)
+    study.results.stamp = {OVERRIDES: study.results.find(**key).get(OVERRIDES, "")}
+    engine.score_run(study, key, config, run, log)
+    atomic_write_text(study.folder(key) / engine.RETRAINED, f"{engine.REPLACED}: {check.reason}\n")
+    record(study, key, check, engine.REPLACED)
+    log(f"retrained {run_label(key)} replaces its row: {check.reason}")
     engine.backfill(study, log, [key])
 
 

@@ -42,7 +42,7 @@ from ..train import Trainer, TrainingError
 from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
 from ..train.trainer import TrainingInterrupted
-from .backfills import (DIFFERS, REPRODUCES, RETRAINED, RETRAINING, Backfill, backfill, backfill_checkpoint,
+from .backfills import (DIFFERS, REPLACED, REPRODUCES, RETRAINED, RETRAINING, Backfill, backfill, backfill_checkpoint,
                         claim_path, owed_retrains, retrain_status, retrain_verdict)
 from .claims import ClaimSet
 from .report import cell
@@ -414,6 +414,19 @@ def train_or_record_failure(results: ResultTable, key: dict, config, folder: Pat
         return None
 
 
+def execution(config) -> str:
+    """How a run executes beyond `results.machine()`, for its row's machine cell: "compiled" or ""."""
+    return "compiled" if getattr(getattr(config, "train", None), "compile", False) else ""
+
+
+def score_run(study: Study, key: dict, config, run: RunSummary, log) -> None:
+    """Record a run that has trained: its training loss (a study that keeps curves: kept past the run folder),
+    then the study's scores and its results.csv row (`evaluate`)."""
+    if getattr(study, "curves", None) is not None:
+        study.curves.add_many(run.curve(key))
+    study.evaluate(key, config, replace(run, scoring_since=time.perf_counter()), log)
+
+
 # --- a study call -----------------------------------------------------------------------------------------------
 def build(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None,
           **options) -> Study:
@@ -472,12 +485,10 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
         check_same_settings(study.results, settings)
         log(f"== {study.label(key) if hasattr(study, 'label') else f'{title}: {run_label(key)}'}")
         config, folder = study.config(key), study.folder(key)
-        study.results.execution = "compiled" if getattr(getattr(config, "train", None), "compile", False) else ""
+        study.results.execution = execution(config)
         run = train_or_record_failure(study.results, study.failure_key(key, config), config, folder, progress, log)
         if run is not None:
-            if getattr(study, "curves", None) is not None:  # the training loss, kept past the run folder
-                study.curves.add_many(run.curve(key))
-            study.evaluate(key, config, replace(run, scoring_since=time.perf_counter()), log)
+            score_run(study, key, config, run, log)
             (report or study.report)()
     (report or study.report)()
     return study.results
@@ -496,7 +507,7 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["DIFFERS", "REPRODUCES", "RETRAINED", "RETRAINING", "Axis", "Backfill", "Flag", "RunSummary", "Study",
+__all__ = ["DIFFERS", "REPLACED", "REPRODUCES", "RETRAINED", "RETRAINING", "Axis", "Backfill", "Flag", "RunSummary", "Study",
            "StudyBase", "StudySpec", "backfill", "backfill_checkpoint", "build", "claim_path", "execute", "get_study",
            "grouped_plan", "owed_retrains", "parse_select", "pending_runs", "plan_keys", "register_study",
            "retrain_status", "retrain_verdict", "run_study", "status", "status_report", "study_names",
