@@ -117,6 +117,23 @@ def test_reproduce_status_lists_done_failed_and_to_do_runs(tmp_path, capsys):
     assert engine.status_report(table, [], "empty").startswith("empty: 0 done, 0 failed, 0 to do")
 
 
+def test_status_says_how_long_each_run_to_do_and_the_rest_will_take(tmp_path):
+    """Planning a machine booking needs the time left: each run to do is the median of its setting's finished
+    seeds (training + scoring); a failed row, or one that lost its training clock (0 s), does not count."""
+    table = clw_study.results_table(tmp_path)
+    plain = {"corpus": "enwik8", "row": "plain", "arch": "transformer"}
+    for seed, trained, scored in ((11, "600.0", "60.0"), (23, "900.0", ""), (37, "1100.0", "100.0"),
+                                  (41, "0.0", "5.0")):
+        table.add({**plain, "seed": seed, "train_seconds": trained, "eval_seconds": scored, "status": "ok"})
+    table.add({**plain, "seed": 43, "train_seconds": "30.0", "status": "failed: nan"})
+    plan = [{"corpus": "enwik8", "row": "plain", "seed": 99}, {"corpus": "enwik8", "row": "workspace", "seed": 99}]
+    text = engine.status_report(table, plan, "clw cpu")
+    assert "  to do  enwik8 / plain / 99  (~15 min)" in text, text  # median of 660, 900, 1200 s
+    assert "  to do  enwik8 / workspace / 99\n" in text  # no finished seed of its own: no guess
+    assert "left: ~0.2 h of training and scoring" in text and "(1 run(s) have none: not counted)" in text
+    assert "left:" not in engine.status_report(table, plan[1:], "clw cpu")
+
+
 def test_result_rows_read_the_same_before_and_after_a_reload(tmp_path):
     """A study adds rows with numbers and reads earlier rows back from the CSV as text; mixing the two once
     crashed the table (sorting 918524 against "918524") after the second seed of a row."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,7 +46,7 @@ from ..train.trainer import TrainingInterrupted
 from .backfills import (DIFFERS, REPLACED, REPRODUCES, RETRAINED, RETRAINING, Backfill, backfill, backfill_checkpoint,
                         claim_path, owed_retrains, retrain_status, retrain_verdict)
 from .claims import ClaimSet
-from .report import cell
+from .report import cell, finished
 from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
 
 if TYPE_CHECKING:
@@ -324,16 +325,43 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
 
 def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
     """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
-    order the study would run them, and the counts."""
-    lines, counts = [], {"done": 0, "failed": 0, "to do": 0}
+    order the study would run them (a run to do with its expected minutes, `expected_seconds`), the counts, and
+    the training time left."""
+    lines, counts, expected = [], {"done": 0, "failed": 0, "to do": 0}, []
     for key in plan:
         match = results.find(**key)
         status = match.get("status", "ok") if match else ""
         state = "to do" if match is None else ("done" if status == "ok" else "failed")
         counts[state] += 1
-        lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({status})" if state == "failed" else ""))
+        note = f"  ({status})" if state == "failed" else ""
+        if state == "to do" and (seconds := expected_seconds(results, key)) is not None:
+            expected.append(seconds)
+            note = f"  (~{seconds / 60:.0f} min)"
+        lines.append(f"  {state:6s} {run_label(key)}{note}")
     head = f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do ({results.path})"
+    if expected:
+        unknown = counts["to do"] - len(expected)
+        lines.append(f"left: ~{sum(expected) / 3600:.1f} h of training and scoring, one run after another, at the "
+                     "median wall time of the finished runs that differ only by seed"
+                     + (f" ({unknown} run(s) have none: not counted)" if unknown else ""))
     return "\n".join([head, *lines]) + "\n"
+
+
+def expected_seconds(results: ResultTable, key: dict) -> float | None:
+    """The median training + scoring seconds of the finished rows of `key`'s setting with another seed (the rows'
+    train_seconds and eval_seconds); None without such a row (or a key without a seed)."""
+    if "seed" not in key:
+        return None
+    setting = {k: v for k, v in key.items() if k != "seed"}
+    seconds = []
+    for row in finished(results.rows, **setting):
+        try:
+            trained, scored = float(row.get("train_seconds") or 0), float(row.get("eval_seconds") or 0)
+        except ValueError:  # a table without these columns, or a cell that is not a number
+            continue
+        if trained > 0:  # 0: a row scored by a later process that did not know the training time
+            seconds.append(trained + scored)
+    return statistics.median(seconds) if seconds else None
 
 
 # --- one run -------------------------------------------------------------------------------------------------------
