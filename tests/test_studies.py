@@ -56,7 +56,7 @@ def test_command_line_values_are_checked_aliased_and_typed():
                                                                                       "seed": (3,)}
     with pytest.raises(ValueError, match=r"^--tasks: unknown name 'z' \(known: a, b, c\)$"):
         engine.parse_select(spec, {"task": ["z"]}, "cpu")
-    with pytest.raises(ValueError, match=r"^--seeds: invalid literal for int"):
+    with pytest.raises(ValueError, match=r"^--seeds: 'x' is not an integer"):
         engine.parse_select(spec, {"seed": ["x"]}, "cpu")
 
 

@@ -88,7 +88,8 @@ class Axis:
             try:
                 values.append(self.cell(text))
             except ValueError as err:
-                raise ValueError(f"--{self.option}: {err}") from None
+                reason = f"{text!r} is not an integer" if self.cell is int else err  # int()'s own words say less
+                raise ValueError(f"--{self.option}: {reason}") from None
         return tuple(values)
 
 
