@@ -270,6 +270,30 @@ def test_rlt_feedback_rows_owe_the_shuffled_ablation_and_a_reproducing_retrain_f
     assert "owed:" not in engine.status("rlt", out, runs, **options)
 
 
+# --- DRT: the other negative generator, added after some graph runs had finished ---------------------------------
+def test_drt_graph_runs_owe_the_cross_generator_score_and_a_reproducing_retrain_fills_it(tmp_path):
+    """Two committed graph runs lack the cross-generator cells and their folders are gone; DRT could not check a
+    retrain (no `reproduces`), so nothing could ever fill them. A retrain reproduces the row's OOD accuracy."""
+    setting = study_drivers.toy("drt", tmp_path)
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    options = dict(select=setting["select"], overrides=setting["overrides"], **setting["options"])
+    engine.run_study("drt", out, runs, progress=False, log=lambda m: None, **options)
+    study = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"])
+    [row] = study.results.rows
+    key = {k: row[k] for k in study.results.key}
+    scored = {k: row[k] for k in ("cross_id_accuracy", "cross_ood_accuracy")}
+    assert all(scored.values()), scored
+    study.results.add({**row, "cross_id_accuracy": "", "cross_ood_accuracy": ""})  # as a run from before it
+    shutil.rmtree(study.folder(key))
+    assert "owed: 1 run needs --retrain-owed" in engine.status("drt", out, runs, **options)
+    log: list[str] = []
+    assert len(retrain.retrain_study("drt", out, runs, progress=False, log=log.append, **options)) == 1
+    assert any(" reproduces its row (OOD accuracy " in m for m in log), log
+    again = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"]).results.find(**key)
+    assert {k: again[k] for k in scored} == scored
+    assert "owed:" not in engine.status("drt", out, runs, **options)
+
+
 def test_a_retrain_stopped_by_a_signal_stops_the_call_and_stays_resumable(toy, monkeypatch):
     """SIGTERM / Ctrl-C during a retrain checkpoints it: recording that as "training failed" made the folder
     final (never resumed, never scored) and the call went on to the next run."""

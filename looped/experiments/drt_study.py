@@ -37,12 +37,16 @@ from .report import MISSING, cell, percent, read_interval, spread
 from .study import (Axis, Backfill, Flag, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
                     unit_interval)
 from .results import ResultTable, study_results
+from .retrain import Reproduction, retrains_note
 
 COLUMNS = ["task", "arch", "alpha", "seed", "parameters", "updates", "train_seconds", "trained_difficulties",
            "trained_steps", "id_accuracy", "ood_accuracy", "step1_12hop", "best_by_difficulty", "val_accuracy",
            "diagnostic_max_change", "mean_ponder_ood", "cross_id_accuracy", "cross_ood_accuracy", "status", "machine"]
 KEY = ["task", "arch", "alpha", "seed"]
 ALPHA_SWEEP = (0.0, 0.1, 0.5, 1.0)
+# A retrained run reproduces its row when its OOD accuracy equals the row's up to the row's 4-decimal rounding:
+# one OOD test item answered differently moves it by more (the graph recipe has at most 2,000 OOD items)
+REPRODUCE_TOLERANCE = 1e-4
 
 
 class DrtStudy(StudyBase):
@@ -74,6 +78,13 @@ class DrtStudy(StudyBase):
 
     def folder(self, key: dict) -> Path:
         return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
+
+    def reproduces(self, key: dict, run: RunSummary) -> Reproduction:
+        """A retrained run against its results.csv row: OOD accuracy over its test grid, as `evaluate` scores it."""
+        model, config = load_model(ckpt.run_checkpoint(run.folder))
+        grid, summary = score_grid(model, self.tests.get(config.task), config.task, batch_size=self.batch_size)
+        return Reproduction("OOD accuracy", float(self.results.find(**key)["ood_accuracy"]), summary["ood"],
+                            REPRODUCE_TOLERANCE)
 
     def prepare(self, plan: list[dict], log) -> None:
         """The family recipes' shortcut baselines (seconds, no model) -> shortcuts.csv."""
@@ -110,7 +121,8 @@ class DrtStudy(StudyBase):
     def report(self) -> None:
         """table.md, a heatmap per recipe (mean grid over its seeds) and gates.png (mean gate per step)."""
         out, results, gates = self.out, self.results, self.gates
-        write_table(out, (results, gates), lambda: table_markdown(results, self.scale, drt_shortcuts.table(out)))
+        write_table(out, (results, gates), lambda: table_markdown(results, self.scale, drt_shortcuts.table(out),
+                                                                  retrains_note(self, "drt")))
         draw_heatmaps(out, results.rows, out / "grids")
         plot_gates(gates.rows, results.rows, out / "gates.png", core="drt", name=lambda r: run_name(
             r["task"], r["arch"], float(r["alpha"]), int(r["seed"])).removeprefix(f"{r['task']}_"))
@@ -166,7 +178,8 @@ def _graph(task: str) -> bool:
     return drt.TASKS.get(task) == "graph"
 
 
-def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None) -> str:
+def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None,
+                   retrained: list[str] = ()) -> str:
     every = groups(results.rows, GROUP)
     tasks = sorted({str(r["task"]) for r in results.rows} & set(drt.TASKS))
     recipes = [bullets(drt.describe(task, scale) for task in tasks)] if scale == "cpu" and tasks else []
@@ -183,7 +196,7 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
     crossed = [g for g in every if _graph(g["task"]) and any(r.get("cross_id_accuracy") for r in g.runs)]
     lines += part("Graph frontier on both negative generators", CROSS_COLUMNS, crossed, CROSS_CAPTION)
     lines += ["", "Paper's heatmap notes:", bullets(f"{t}: {note}" for t, note in drt.PAPER_NOTES.items())]
-    return markdown(lines)
+    return markdown([*lines, *retrained])
 
 
 CROSS_COLUMNS = [left("trained on", lambda g: f"{negatives(g['task'])} negatives"), *KEY_COLUMNS[1:],
