@@ -101,6 +101,27 @@ def test_the_table_sets_published_figures_beside_ours_and_says_why_a_cell_is_emp
     assert (tmp_path / "board.png").exists()
 
 
+def test_rows_are_judged_against_the_plain_row_of_their_own_block_recipe(tmp_path):
+    """The seed-000 rows use learned positions, GELU and LayerNorm, the others RoPE, SwiGLU and RMSNorm: the kjv
+    gap between the two plain Transformers (0.8 bits/byte at CPU scale) was read as looping's doing."""
+    assert board_report.block_recipe("transformer") == {"positions": "learned table", "attention": "multi-head",
+                                                        "MLP": "GELU", "norm": "LayerNorm"}
+    assert board_report.block_recipe("rlt_baseline") == {"positions": "RoPE", "attention": "multi-head",
+                                                         "MLP": "SwiGLU", "norm": "RMSNorm"}
+    assert board_report.block_recipe("mixture_of_recursions")["attention"] == "grouped-query"
+    assert board_report.block_recipe("lstm")["positions"] == "none (recurrent)"
+    table = board_study.results_table(tmp_path)
+    _rows(table, "kjv", "transformer", [3.2, 3.4])
+    _rows(table, "kjv", "shared_loop", [3.0])
+    _rows(table, "kjv", "rlt_baseline", [2.4])
+    _rows(table, "kjv", "exit_gate_loop", [2.9])
+    text = board_report.table_markdown(table, "cpu")
+    assert "on kjv 3.300 vs 2.400 bits/byte, a gap of 0.900 with no looping involved" in text
+    assert "| shared loop (seed 000) | learned table | multi-head | GELU | LayerNorm | -0.300 vs Transformer |" in text
+    assert "| Ouro exit-gate loop | RoPE | multi-head | SwiGLU | RMSNorm | +0.500 vs RLT decoder-only baseline |" in text
+    assert "| RLT-1 (seed 003) | RoPE | multi-head | SwiGLU | RMSNorm | – |" in text  # no kjv row yet
+
+
 def test_a_depth_sweep_runs_the_model_at_the_depth_it_is_given():
     arch = get_arch("shared_loop")
     torch.manual_seed(0)

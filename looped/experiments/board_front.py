@@ -33,7 +33,9 @@ def front_block(results: Path) -> str:
     intro = (f"**Leaderboard at CPU scale** (`looped reproduce board --scale cpu`): every family at "
              f"{board.TARGET['cpu']:,} parameters, mean over seeds (n = seeds finished where fewer than "
              f"{len(board.SEEDS)}); {units}. Budgets, spreads, the depth sweeps and why a cell is n/a: "
-             f"[the full table](results/{FOLDER}/table.md).")
+             f"[the full table](results/{FOLDER}/table.md). Each row keeps its paper's block (positions, "
+             "attention, MLP, norm), and the two plain Transformers differ in nothing else: compare a looped row "
+             f"with the plain row of its own block ([block recipes](results/{FOLDER}/table.md#block-recipes)).")
     scores = table([LABEL, *(family_cell(suite, mean_score) for suite in suites)], families(rows, keep_empty=True))
     published = [line([f"{label} (Delétang et al.)", *published_cells(family, suites)])
                  for family, label in PUBLISHED_ROWS.items()]

@@ -169,10 +169,72 @@ def depth_table(results: ResultTable, suites: list[str]) -> list[str]:
     return section("Test-time depth", table([LABEL, depth, *map(depth_cell, suites)], rows), caption)
 
 
+# --- block recipes: what else differs between rows -------------------------------------------------------------
+PLAIN_ROWS = ("transformer", "rlt_baseline")  # the non-looped Transformers, one per block recipe
+MLP_NAMES = {"GeluMLP": "GELU", "SwiGLU": "SwiGLU", "Relu2MLP": "ReLU²"}
+BLOCK_SUITE = "kjv"  # where the rows are compared (every text family runs it)
+
+
+def block_recipe(family: str, scale: str = "cpu") -> dict[str, str]:
+    """How a family's block is built, read off its model (built from its first suite's config, no training):
+    positions (a learned table, RoPE, or none: recurrent), attention, MLP and norm."""
+    from ..models.registry import build_model, model_config_from_dict
+
+    suite = next(s for s in board.SUITES if board.cannot_run(family, s) is None)
+    model = build_model(model_config_from_dict(board.run_config_dict(suite, family, board.SEEDS[0], scale)["model"]))
+    kinds = {type(m).__name__ for m in model.modules()}
+    learned = any(name.endswith("positions") and type(m).__name__ == "Embedding" for name, m in model.named_modules())
+    positions = ("learned table" if learned else "RoPE" if "RotaryEmbedding" in kinds
+                 else "none (recurrent)" if "LSTM" in kinds else "none")
+    attention = "grouped-query" if "GroupedQueryAttention" in kinds else "multi-head" if any(
+        "Attention" in k for k in kinds) else "–"
+    return {"positions": positions, "attention": attention, "MLP": ", ".join(MLP_NAMES[k] for k in sorted(kinds & set(MLP_NAMES))) or "–",
+            "norm": ", ".join(sorted(kinds & {"LayerNorm", "RMSNorm"})) or "–"}
+
+
+def block_table(results: ResultTable, scale: str) -> list[str]:
+    """Each family's block recipe, and its BLOCK_SUITE score against the plain row with the same positions: the
+    rows follow their papers, so their blocks differ in more than looping, and at a short budget the block can
+    move the score more than looping does."""
+    runnable = [f for f in board.FAMILIES if board.cannot_run(f, BLOCK_SUITE) is None]
+    recipes = {f: block_recipe(f, scale) for f in runnable}
+    means = {f: mean_sd([float(r["score"]) for r in rows])[0]
+             for f in runnable if (rows := finished(results.rows, task=BLOCK_SUITE, family=f))}
+    plain = {recipes[f]["positions"]: f for f in PLAIN_ROWS}
+
+    def against_plain(family: str) -> str:
+        reference = plain.get(recipes[family]["positions"])
+        if family in PLAIN_ROWS:
+            return "(plain)"
+        if reference is None or family not in means or reference not in means:
+            return MISSING
+        return f"{means[family] - means[reference]:+.3f} vs {board.LABELS[reference]}"
+
+    parts = ("positions", "attention", "MLP", "norm")
+    lines = ["| family | " + " | ".join(parts) + f" | {BLOCK_SUITE} bits/byte vs the plain row of its positions |",
+             "|---|" + "---|" * (len(parts) + 1)]
+    lines += [f"| {board.LABELS[f]} | " + " | ".join(recipes[f][p] for p in parts) + f" | {against_plain(f)} |"
+              for f in runnable]
+    first, second = PLAIN_ROWS
+    caption = ("Every family's block is the one its paper specifies, so rows differ in more than looping (models "
+               "read as built; the reasoning cores are left out: they read no text).")
+    if first in means and second in means:
+        shape = " and ".join(f"{board.LABELS[f]} {board.FAMILIES[f]['layers']} layers x d {board.FAMILIES[f]['dim']}"
+                             for f in PLAIN_ROWS)
+        gap = abs(means[first] - means[second])
+        caption += (f" The two plain (non-looped) rows have the same shape ({shape}) and budget but their papers' "
+                    f"blocks: on {BLOCK_SUITE} {means[first]:.3f} vs {means[second]:.3f} bits/byte, a gap of "
+                    f"{gap:.3f} with no looping involved. Judge what looping buys against the plain row of the same "
+                    "position scheme (last column; negative = the looped row is better).")
+    return section("Block recipes", lines, caption)
+
+
 def table_markdown(results: ResultTable, scale: str) -> str:
     suites = table_suites(results.rows, scale)
     lines = [*header(scale, results), *score_table(results, suites), "", *budget_table(results, suites), "",
              *depth_table(results, suites)]
+    if BLOCK_SUITE in suites:
+        lines += ["", *block_table(results, scale)]
     return markdown(lines)
 
 
