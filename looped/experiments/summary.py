@@ -1,8 +1,8 @@
 """The README's generated blocks: the claims summary (one line per claim of the three papers), the learning
 goals (looped.experiments.goals), the leaderboard's front table (looped.experiments.board_front), the
 `looped compare` answer on the KJV (looped.experiments.compare_front), the depth-schedule answer
-(looped.experiments.depth_front) and the task quickstarts' table (looped.experiments.quickstart_table), all from
-the committed results.
+(looped.experiments.depth_front), the task quickstarts' table (looped.experiments.quickstart_table) and each
+paper's headline results table (looped.experiments.paper_fronts), all from the committed results.
 
     python -m looped.experiments.summary README.md     # rewrite each block between its two markers
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
-from . import board_front, compare_front, depth_front, goals, quickstart_table
+from . import board_front, compare_front, depth_front, goals, paper_fronts, quickstart_table
 from .render import left, table
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
@@ -41,7 +41,8 @@ BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_bloc
           (board_front.BEGIN, board_front.END, board_front.front_block),
           (compare_front.BEGIN, compare_front.END, compare_front.compare_block),
           (depth_front.BEGIN, depth_front.END, depth_front.depth_block),
-          (quickstart_table.BEGIN, quickstart_table.END, quickstart_table.quickstart_block))
+          (quickstart_table.BEGIN, quickstart_table.END, quickstart_table.quickstart_block),
+          *paper_fronts.BLOCKS)
 
 
 def replace_block(text: str, begin: str, end: str, block: str, name: str = "README") -> str:
