@@ -93,3 +93,10 @@ def core_config(model: dict) -> dict:
             "task": {"kind": "reasoning", "name": "graph", "train_size": 64, "val_size": 16, "train_difficulties": [1, 2],
                      "eval_steps": [1, 2, 3], "test_difficulties": [1, 2, 3], "test_per_bucket": 8},
             "train": {"seed": 1, "batch_size": 16, "max_steps": 3, "eval_every": 0, "threads": 1}}
+
+
+def changed_lines(old: str, new: str) -> list[str]:
+    """The lines of `new` that differ from `old` (two generated README blocks of the same length)."""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    assert len(old_lines) == len(new_lines)
+    return [b for a, b in zip(old_lines, new_lines) if a != b]

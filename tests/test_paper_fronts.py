@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import changed_lines
 
 from looped.experiments import paper_fronts
 from looped.experiments.summary import BLOCKS
@@ -38,13 +39,6 @@ def set_cell(path: Path, column: str, value: str, **match) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def changed_lines(old: str, new: str) -> list[str]:
-    """The lines of `new` that differ from `old` (two blocks of the same length)."""
-    old_lines, new_lines = old.splitlines(), new.splitlines()
-    assert len(old_lines) == len(new_lines)
-    return [b for a, b in zip(old_lines, new_lines) if a != b]
 
 
 # (study folder, files the block reads, the CSV edited, its column, the row, how the changed line starts)

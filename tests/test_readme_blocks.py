@@ -1,7 +1,7 @@
 """Every generated README block (looped.experiments.summary.BLOCKS: claims summary, learning goals, leaderboard,
-compare, depth schedules, task quickstarts, each paper's headline results) equals what the committed results
-give: a README edited by hand, or results committed without `python -m looped.experiments.summary README.md`,
-fails here."""
+compare, depth schedules, task quickstarts, each paper's headline results, the benchmark tables, the Chomsky suite's
+tables) equals what the committed results give: a README edited by hand, or results committed without
+`python -m looped.experiments.summary README.md`, fails here."""
 
 from __future__ import annotations
 

@@ -249,12 +249,21 @@ PAPER_NOTES = {
     ("s5_swaps", "rlt0", 64): "≈ 0.83 (1/120)", ("s5_swaps", "baseline", 64): "≈ 0.83 (1/120)",
     ("addition", "rlt1", 32): "14.44–15.91 (RLT-1 splits)",
 }
+# The paper's CPU timing (seeds/003: Section 2.7 and Appendix J.10; seed 42, 4+4, the two mod-5 tasks): "chunk4
+# training steps run 2.27 times as fast as RLT-1 steps, and RLT-0 steps 4.17-4.30 times as fast". As step-time
+# ratios over RLT-0 (beside issue 19's goals, looped.bench.rlt.GOALS): RLT-1 4.17-4.30, chunk 4
+# (4.17-4.30) / 2.27.
+PAPER_RLT0_SPEEDUP, PAPER_CHUNK4_SPEEDUP = (4.17, 4.30), 2.27  # over RLT-1's step time
+PAPER_STEP_RATIOS: dict[str, tuple[float, float]] = {
+    "rlt1_over_rlt0": PAPER_RLT0_SPEEDUP,
+    "chunk4_over_rlt0": (PAPER_RLT0_SPEEDUP[0] / PAPER_CHUNK4_SPEEDUP, PAPER_RLT0_SPEEDUP[1] / PAPER_CHUNK4_SPEEDUP),
+}
 # lengths shown in the study's table per task (the full grids are in lengths.csv and the plots)
 TABLE_LENGTHS = {"parity": (40, 64, 256), "s5_swaps": (32, 64, 128, 256, 512), "mod5_flat": (39, 63, 255),
                  "mod5_bracketed": (40, 64, 256), "addition": (9, 16, 32), "s5_standard": (32, 64, 512)}
 
 
 __all__ = ["CPU_CHANGES", "CPU_FEEDBACK_OVERRIDES", "CPU_ONLY_ROWS", "CPU_RECIPE", "CPU_TASK_OVERRIDES", "DEPTH_ROWS",
-           "DEPTH_TASKS", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PLAN_ROWS", "ROWS", "SEEDS",
+           "DEPTH_TASKS", "FULL_RECIPE", "PAPER", "PAPER_NOTES", "PAPER_STEP_RATIOS", "PLAN_ROWS", "ROWS", "SEEDS",
            "STUDY_ROWS", "STUDY_TASKS", "TABLE_LENGTHS", "TASKS", "data_task", "model_section", "primary_metric",
            "row_label", "run_config_dict"]

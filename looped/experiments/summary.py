@@ -1,8 +1,10 @@
 """The README's generated blocks: the claims summary (one line per claim of the three papers), the learning
 goals (looped.experiments.goals), the leaderboard's front table (looped.experiments.board_front), the
 `looped compare` answer on the KJV (looped.experiments.compare_front), the depth-schedule answer
-(looped.experiments.depth_front), the task quickstarts' table (looped.experiments.quickstart_table) and each
-paper's headline results table (looped.experiments.paper_fronts), all from the committed results.
+(looped.experiments.depth_front), the task quickstarts' table (looped.experiments.quickstart_table), each
+paper's headline results table (looped.experiments.paper_fronts), the benchmark tables
+(looped.experiments.bench_fronts) and the Chomsky suite's tables (looped.experiments.chomsky_fronts), all from the
+committed results (and, for the suite's task facts, the task classes).
 
     python -m looped.experiments.summary README.md     # rewrite each block between its two markers
 
@@ -17,7 +19,8 @@ from pathlib import Path
 
 from ..io import atomic_write_text
 from .clw_claims import clw_claims
-from . import board_front, compare_front, depth_front, goals, paper_fronts, quickstart_table
+from . import bench_fronts, board_front, chomsky_fronts, compare_front, depth_front, goals, paper_fronts, \
+    quickstart_table
 from .render import left, table
 from .drt_claims import drt_claims
 from .rlt_claims import rlt_claims
@@ -42,7 +45,7 @@ BLOCKS = ((BEGIN, END, summary_block), (goals.BEGIN, goals.END, goals.goals_bloc
           (compare_front.BEGIN, compare_front.END, compare_front.compare_block),
           (depth_front.BEGIN, depth_front.END, depth_front.depth_block),
           (quickstart_table.BEGIN, quickstart_table.END, quickstart_table.quickstart_block),
-          *paper_fronts.BLOCKS)
+          *paper_fronts.BLOCKS, *bench_fronts.BLOCKS, *chomsky_fronts.BLOCKS)
 
 
 def replace_block(text: str, begin: str, end: str, block: str, name: str = "README") -> str:
