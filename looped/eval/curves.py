@@ -173,7 +173,13 @@ def draw_curves(ax, metric: str, curves: dict, x: str, smooth: float) -> None:
     ax.set_xlabel(X_LABELS[x])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc=legend_corner(metric))
+
+
+def legend_corner(metric: str) -> str:
+    """Where a legend stays clear of the lines: losses fall (lower right is busy), accuracies rise. A fixed corner,
+    because matplotlib's "best" scans every point and is slow (it warns) on long runs."""
+    return "lower right" if "accuracy" in metric else "upper right"
 
 
 def draw_accuracy_frame(ax, chances: set[float]) -> None:
@@ -183,7 +189,7 @@ def draw_accuracy_frame(ax, chances: set[float]) -> None:
     for chance in sorted(chances):
         ax.axhline(chance, color="0.4", ls=":", lw=1, label=f"chance {chance:.3g}")
     if chances:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc=legend_corner("accuracy"))
 
 
 def draw_table(ax, metric: str, curves: dict, x: str) -> None:
