@@ -83,19 +83,21 @@ def retrains_note(study: engine.Study, name: str) -> list[str]:
     if not retrains:
         return []
 
-    def counted(verdict: str) -> tuple[int, str]:
+    def counted(verdict: str) -> tuple[int, float | None]:
         rows = [r for r in retrains if r["verdict"] == verdict]
-        largest = f" (largest difference {max(abs(float(r['difference'])) for r in rows):.6f})" if rows else ""
-        return len(rows), largest
+        return len(rows), max((abs(float(r["difference"])) for r in rows), default=None)
 
     (held, held_largest), (replaced, replaced_largest) = counted(engine.REPRODUCES), counted(engine.REPLACED)
     compared = next((f"{r['figure']} within {r['tolerance']}" for r in retrains if r.get("figure")), "figure")
     owed = ", ".join(fill.what for fill in study.backfills)
-    replacing = (f", {replaced} replacing their row (they differed{replaced_largest}; rerun by today's code with "
-                 "`--replace-differing`, the old figure kept)") if replaced else ""
+    reproducing = f" (largest difference {held_largest:.6f})" if held_largest is not None else ""
+    replacing = (f", {replaced} replacing their row (trained by today's code, `--replace-differing`; differing by up "
+                 f"to {replaced_largest:.6f}, the old figure kept)") if replaced else ""
+    others = len(retrains) - held - replaced
     return ["", f"Trained again because the run folder was gone and a later score ({owed}) was owed (`{command}`): "
-                f"{len(retrains)} run(s), {held} reproducing their row's {compared}{held_largest} and scored from "
-                f"the retrain{replacing}, the others not scored; each pair in retrains.csv."]
+                f"{len(retrains)} run(s), {held} reproducing their row's {compared}{reproducing} and scored from "
+                f"the retrain{replacing}" + (f", {others} not scored" if others else "") + "; each pair in "
+                "retrains.csv."]
 
 
 def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu",
