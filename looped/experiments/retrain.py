@@ -123,9 +123,10 @@ def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True
     same run; no new retrain starts once `stop_after` minutes have passed (0: none starts). With
     `replace_differing`, also the runs retrained earlier that did not reproduce their row (they replace it). The
     keys retrained."""
-    owed = engine.owed_retrains(study, plan)
-    if replace_differing:
-        owed += [key for key in plan if refused(study.folder(key))]
+    def wanted(key: dict) -> bool:  # asked again under the claim: another process may have done it meanwhile
+        return bool(engine.owed_retrains(study, [key])) or (replace_differing and refused(study.folder(key)))
+
+    owed = [key for key in plan if wanted(key)]
     if owed and getattr(study, "reproduces", None) is None:
         log(f"{len(owed)} run(s) owe a backfill, but this study cannot check a retrained run against its row "
             "(no `reproduces`): nothing retrained")
@@ -140,8 +141,8 @@ def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True
         with exclusive_lock(engine.claim_path(study.results, key, "retrain"), wait=False) as mine:
             if not mine:
                 log(f"skipping {run_label(key)}: another process is retraining it")
-            elif engine.owed_retrains(study, [key]) or (replace_differing and refused(study.folder(key))):
-                retrain_one(study, key, progress, log, replace_differing)  # (not done by another process meanwhile)
+            elif wanted(key):
+                retrain_one(study, key, progress, log, replace_differing)
                 done.append(key)
     return done
 
