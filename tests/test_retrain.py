@@ -294,6 +294,32 @@ def test_drt_graph_runs_owe_the_cross_generator_score_and_a_reproducing_retrain_
     assert "owed:" not in engine.status("drt", out, runs, **options)
 
 
+def test_a_drt_retrain_that_replaces_its_row_scores_its_test_grid_once(tmp_path, monkeypatch):
+    """`reproduces` and then `evaluate` each scored the whole test grid of a replacing retrain: minutes twice on a
+    CPU for the same numbers."""
+    from looped.experiments import drt_study
+
+    setting = study_drivers.toy("drt", tmp_path)
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    options = dict(select=setting["select"], overrides=setting["overrides"], **setting["options"])
+    engine.run_study("drt", out, runs, progress=False, log=lambda m: None, **options)
+    study = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"])
+    [row] = study.results.rows
+    key = {k: row[k] for k in study.results.key}
+    study.results.add({**row, "ood_accuracy": "0.1234", "cross_id_accuracy": "", "cross_ood_accuracy": ""})
+    shutil.rmtree(study.folder(key))
+    calls = []
+    counted = drt_study.score_grid
+    monkeypatch.setattr(drt_study, "score_grid", lambda *a, **k: calls.append(1) or counted(*a, **k))
+    log: list[str] = []
+    done = retrain.retrain_study("drt", out, runs, progress=False, log=log.append, replace_differing=True,
+                                 **options)
+    assert len(done) == 1 and any(" replaces its row: OOD accuracy " in m for m in log), log
+    assert len(calls) == 1
+    again = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"]).results.find(**key)
+    assert again["ood_accuracy"] == row["ood_accuracy"] and again["cross_id_accuracy"]
+
+
 def test_a_retrain_stopped_by_a_signal_stops_the_call_and_stays_resumable(toy, monkeypatch):
     """SIGTERM / Ctrl-C during a retrain checkpoints it: recording that as "training failed" made the folder
     final (never resumed, never scored) and the call went on to the next run."""
