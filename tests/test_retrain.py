@@ -271,27 +271,47 @@ def test_rlt_feedback_rows_owe_the_shuffled_ablation_and_a_reproducing_retrain_f
 
 
 # --- DRT: the other negative generator, added after some graph runs had finished ---------------------------------
+class DrtGraphRun:
+    """One toy DRT graph run, finished and committed, its row then changed as `lost` says and its folder deleted."""
+
+    def __init__(self, tmp_path, **lost):
+        setting = study_drivers.toy("drt", tmp_path)
+        self.out, self.runs, self.setting = tmp_path / "results", tmp_path / "runs", setting
+        self.options = dict(select=setting["select"], overrides=setting["overrides"], **setting["options"])
+        engine.run_study("drt", self.out, self.runs, progress=False, log=lambda m: None, **self.options)
+        study = self.build()
+        [self.row] = study.results.rows
+        self.key = {k: self.row[k] for k in study.results.key}
+        study.results.add({**self.row, **lost})
+        shutil.rmtree(study.folder(self.key))
+
+    def build(self):
+        return engine.build("drt", self.out, self.runs, overrides=self.setting["overrides"], **self.setting["options"])
+
+    def retrain(self, log, **options) -> list[dict]:
+        return retrain.retrain_study("drt", self.out, self.runs, progress=False, log=log.append, **options,
+                                     **self.options)
+
+    def status(self) -> str:
+        return engine.status("drt", self.out, self.runs, **self.options)
+
+
+UNSCORED_CROSS = {"cross_id_accuracy": "", "cross_ood_accuracy": ""}  # as a run from before that score
+
+
 def test_drt_graph_runs_owe_the_cross_generator_score_and_a_reproducing_retrain_fills_it(tmp_path):
     """Two committed graph runs lack the cross-generator cells and their folders are gone; DRT could not check a
     retrain (no `reproduces`), so nothing could ever fill them. A retrain reproduces the row's OOD accuracy."""
-    setting = study_drivers.toy("drt", tmp_path)
-    out, runs = tmp_path / "results", tmp_path / "runs"
-    options = dict(select=setting["select"], overrides=setting["overrides"], **setting["options"])
-    engine.run_study("drt", out, runs, progress=False, log=lambda m: None, **options)
-    study = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"])
-    [row] = study.results.rows
-    key = {k: row[k] for k in study.results.key}
-    scored = {k: row[k] for k in ("cross_id_accuracy", "cross_ood_accuracy")}
+    run = DrtGraphRun(tmp_path, **UNSCORED_CROSS)
+    scored = {k: run.row[k] for k in UNSCORED_CROSS}
     assert all(scored.values()), scored
-    study.results.add({**row, "cross_id_accuracy": "", "cross_ood_accuracy": ""})  # as a run from before it
-    shutil.rmtree(study.folder(key))
-    assert "owed: 1 run needs --retrain-owed" in engine.status("drt", out, runs, **options)
+    assert "owed: 1 run needs --retrain-owed" in run.status()
     log: list[str] = []
-    assert len(retrain.retrain_study("drt", out, runs, progress=False, log=log.append, **options)) == 1
+    assert len(run.retrain(log)) == 1
     assert any(" reproduces its row (OOD accuracy " in m for m in log), log
-    again = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"]).results.find(**key)
+    again = run.build().results.find(**run.key)
     assert {k: again[k] for k in scored} == scored
-    assert "owed:" not in engine.status("drt", out, runs, **options)
+    assert "owed:" not in run.status()
 
 
 def test_a_drt_retrain_that_replaces_its_row_scores_its_test_grid_once(tmp_path, monkeypatch):
@@ -299,25 +319,16 @@ def test_a_drt_retrain_that_replaces_its_row_scores_its_test_grid_once(tmp_path,
     CPU for the same numbers."""
     from looped.experiments import drt_study
 
-    setting = study_drivers.toy("drt", tmp_path)
-    out, runs = tmp_path / "results", tmp_path / "runs"
-    options = dict(select=setting["select"], overrides=setting["overrides"], **setting["options"])
-    engine.run_study("drt", out, runs, progress=False, log=lambda m: None, **options)
-    study = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"])
-    [row] = study.results.rows
-    key = {k: row[k] for k in study.results.key}
-    study.results.add({**row, "ood_accuracy": "0.1234", "cross_id_accuracy": "", "cross_ood_accuracy": ""})
-    shutil.rmtree(study.folder(key))
+    run = DrtGraphRun(tmp_path, ood_accuracy="0.1234", **UNSCORED_CROSS)
     calls = []
     counted = drt_study.score_grid
     monkeypatch.setattr(drt_study, "score_grid", lambda *a, **k: calls.append(1) or counted(*a, **k))
     log: list[str] = []
-    done = retrain.retrain_study("drt", out, runs, progress=False, log=log.append, replace_differing=True,
-                                 **options)
-    assert len(done) == 1 and any(" replaces its row: OOD accuracy " in m for m in log), log
+    assert len(run.retrain(log, replace_differing=True)) == 1
+    assert any(" replaces its row: OOD accuracy " in m for m in log), log
     assert len(calls) == 1
-    again = engine.build("drt", out, runs, overrides=setting["overrides"], **setting["options"]).results.find(**key)
-    assert again["ood_accuracy"] == row["ood_accuracy"] and again["cross_id_accuracy"]
+    again = run.build().results.find(**run.key)
+    assert again["ood_accuracy"] == run.row["ood_accuracy"] and again["cross_id_accuracy"]
 
 
 def test_a_retrain_stopped_by_a_signal_stops_the_call_and_stays_resumable(toy, monkeypatch):
