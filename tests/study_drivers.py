@@ -6,7 +6,9 @@ runs them over the registry, so a study added by registering (a plugin included)
   - a toy run of the study trains, is killed half-way, resumes, and is never trained twice;
   - `--status` lists every planned run as to do, then as done;
   - the shipped recipes under configs/<name>/ are what the spec generates;
-  - the committed report (table.md, claims.md) regenerates byte-identically from the committed CSVs.
+  - the committed report (table.md, claims.md) regenerates byte-identically from the committed CSVs;
+  - merging the committed results folder into an empty one (`--merge-from`) rebuilds it: every table row, every
+    run's files, the report; merging it again takes nothing.
 """
 
 from __future__ import annotations
@@ -109,4 +111,38 @@ def check_committed_report_regenerates(name: str, tmp_path: Path) -> bool:
         if (committed / file).exists():
             assert (copy / file).read_text() == (committed / file).read_text(), \
                 f"results/{committed.name}/{file} is stale: `looped reproduce {name} --report`"
+    return True
+
+
+def _cells(path: Path) -> list[str]:
+    """A table's rows without their empty cells, sorted: a column older files lack reads as empty."""
+    return sorted(str({k: v for k, v in row.items() if v}) for row in _rows(path))
+
+
+def check_merge_into_an_empty_folder_rebuilds_the_committed_one(name: str, tmp_path: Path) -> bool:
+    """False when the study has no committed results here (the caller skips)."""
+    from looped.experiments import merge
+
+    spec = engine.get_study(name)
+    committed = REPO / "results" / spec.folder_name("cpu", {flag.name: flag.default for flag in spec.flags})
+    if not (committed / "results.csv").exists():
+        return False
+    source = tmp_path / "source"
+    shutil.copytree(committed, source, ignore=shutil.ignore_patterns("*.png", "archive"))
+    out, runs = tmp_path / "merged", tmp_path / "runs"
+    done = merge.merge_study(name, out, runs, source, log=lambda m: None)
+    assert len(done.new) == len(_rows(committed / "results.csv")) and not done.conflicts
+    study = engine.build(name, out, runs)
+    for file in [*(t.path.name for t in merge.tables(study).values()), "retrains.csv"]:
+        if (committed / file).exists():
+            assert _cells(out / file) == _cells(committed / file), file
+    for key in (dict((k, r[k]) for k in study.results.key) for r in study.results.rows):
+        for file in study.run_files(key):
+            assert (out / file).exists() == (committed / file).exists(), file
+            assert not (committed / file).exists() or (out / file).read_bytes() == (committed / file).read_bytes()
+    for file in REPORT_FILES:
+        if (committed / file).exists():
+            assert (out / file).read_text() == (committed / file).read_text(), file
+    again = merge.merge_study(name, out, runs, source, log=lambda m: None)
+    assert not again.taken and again.same == len(done.new)
     return True

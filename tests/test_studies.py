@@ -31,6 +31,12 @@ def test_committed_report_regenerates_byte_identically(name, tmp_path):
         pytest.skip(f"no committed results of study {name}")
 
 
+@pytest.mark.parametrize("name", STUDIES)
+def test_merging_the_committed_folder_into_an_empty_one_rebuilds_it(name, tmp_path):
+    if not study_drivers.check_merge_into_an_empty_folder_rebuilds_the_committed_one(name, tmp_path):
+        pytest.skip(f"no committed results of study {name}")
+
+
 # --- the engine ------------------------------------------------------------------------------------------------
 def _spec(**changes) -> engine.StudySpec:
     fields = dict(name="toy_plan", help="", build=lambda *a, **k: None, recipes=lambda: (),

@@ -65,6 +65,7 @@ class DrtStudy(StudyBase):
         self.results = study_results(self.out, COLUMNS, KEY)
         self.gates = self.per_run("gates.csv", "step", ["gate_mean"])
         self.diagnostics = self.per_run("diagnostic.csv", "variant", ["accuracy", "change", "budgets", "rows"])
+        self.shortcuts = drt_shortcuts.table(self.out)  # study-wide: one row per family recipe and shortcut
         self.tests = TestSets()
         self._grids: dict[tuple[str, int], tuple] = {}  # (checkpoint, its mtime) -> score_grid's (grid, summary)
         # graph runs finished before the cross-generator evaluation existed are scored on it from their folder
@@ -99,7 +100,7 @@ class DrtStudy(StudyBase):
 
     def prepare(self, plan: list[dict], log) -> None:
         """The family recipes' shortcut baselines (seconds, no model) -> shortcuts.csv."""
-        drt_shortcuts.record(drt_shortcuts.table(self.out), [(key, self.config(key)) for key in plan],
+        drt_shortcuts.record(self.shortcuts, [(key, self.config(key)) for key in plan],
                              self.tests.get, log)
 
     def evaluate(self, key: dict, config: RunConfig, run: RunSummary, log) -> None:
@@ -109,7 +110,7 @@ class DrtStudy(StudyBase):
         model, config = load_model(ckpt.run_checkpoint(run.folder))
         test = self.tests.get(config.task)
         grid, summary = self.scored_grid(run)
-        grid.write_csv(self.out / "grids" / f"{run.folder.name}.csv")
+        grid.write_csv(self.out / self.run_files(key)[0])
         self.gates.add_many(gate_rows(key, grid))
         # the depth-embedding diagnostic, at CPU scale on a sample of each test bucket
         diagnosed, max_change = diagnostic_rows(key, model, test.first_per_difficulty(self.per_bucket), grid.budgets,
@@ -121,9 +122,14 @@ class DrtStudy(StudyBase):
             "val_accuracy": cell(run.last("val_accuracy"), 4), "diagnostic_max_change": cell(max_change, 4),
             **self.cross(key, model, config)})
 
+    def run_files(self, key: dict) -> list[str]:
+        """The files the run of `key` writes under the results folder: its test grids (a merge copies them)."""
+        name = self.folder(key).name
+        return [f"grids/{name}.csv", f"grids/{name}_cross.csv"]
+
     def cross(self, key: dict, model, config: RunConfig) -> dict:
         """A graph model on the other negative generator's test buckets -> grids/<run>_cross.csv, its cells."""
-        path = self.out / "grids" / f"{self.folder(key).name}_cross.csv"
+        path = self.out / self.run_files(key)[1]
         return other_generator_cells(model, config, self.tests, path, batch_size=self.batch_size)
 
     def cross_owed(self, key: dict) -> bool:
@@ -131,8 +137,8 @@ class DrtStudy(StudyBase):
 
     def report(self) -> None:
         """table.md, a heatmap per recipe (mean grid over its seeds) and gates.png (mean gate per step)."""
-        out, results, gates = self.out, self.results, self.gates
-        write_table(out, (results, gates), lambda: table_markdown(results, self.scale, drt_shortcuts.table(out),
+        out, results, gates, shortcuts = self.out, self.results, self.gates, self.shortcuts
+        write_table(out, (results, gates, shortcuts), lambda: table_markdown(results, self.scale, shortcuts,
                                                                   retrains_note(self, "drt")))
         draw_heatmaps(out, results.rows, out / "grids")
         plot_gates(gates.rows, results.rows, out / "gates.png", core="drt", name=lambda r: run_name(

@@ -54,7 +54,7 @@ class ResultTable:
 
     def find(self, **key) -> dict | None:
         """The first row whose columns match `key` (compared as text), or None."""
-        return next((row for row in self.rows if all(str(row[k]) == str(v) for k, v in key.items())), None)
+        return next((row for row in self.rows if matches(row, key)), None)
 
     def has(self, **key) -> bool:
         return self.find(**key) is not None
@@ -72,14 +72,27 @@ class ResultTable:
             ran_on = machine() + (f"; {self.execution}" if self.execution else "")
             rows = [{"machine": ran_on, **row} for row in rows]
         keys = {tuple(str(row[k]) for k in self.key) for row in rows}
-        with exclusive_lock(self.path.parent / f".{self.path.name}.lock"):
+        with exclusive_lock(self.lock_path):
             self.reload()
             self.rows = [r for r in self.rows if tuple(str(r[k]) for k in self.key) not in keys]
-            # stored as text, exactly as a reload gives it back: a table never mixes 918524 and "918524"
-            rows = [{**self.stamp, **row} for row in rows]
-            self.rows += [{c: "" if row.get(c) is None else str(row[c]) for c in [*self.columns, *self.extra]}
-                          for row in rows]
+            self.rows += [self._as_text({**self.stamp, **row}) for row in rows]
             self.save()
+
+    def replace_run(self, key: dict, rows: list[dict]) -> None:
+        """Drop every row of the run of `key` (a per-run table holds several) and add `rows` as they are (their
+        own machine cell, no stamp), in one locked read-modify-write: a run copied from another results folder."""
+        with exclusive_lock(self.lock_path):
+            self.reload()
+            self.rows = [r for r in self.rows if not matches(r, key)] + [self._as_text(row) for row in rows]
+            self.save()
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.parent / f".{self.path.name}.lock"
+
+    def _as_text(self, row: dict) -> dict:
+        # stored as text, exactly as a reload gives it back: a table never mixes 918524 and "918524"
+        return {c: "" if row.get(c) is None else str(row[c]) for c in [*self.columns, *self.extra]}
 
     def save(self) -> None:
         buffer = io.StringIO()
@@ -87,6 +100,11 @@ class ResultTable:
         writer.writeheader()
         writer.writerows(self.rows)
         atomic_write_text(self.path, buffer.getvalue())
+
+
+def matches(row: dict, key: dict) -> bool:
+    """The row's columns equal `key`'s values, compared as text (a row read back holds text only)."""
+    return all(str(row.get(k)) == str(v) for k, v in key.items())
 
 
 def study_results(out: Path, columns: list[str], key: list[str]) -> ResultTable:

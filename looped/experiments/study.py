@@ -168,6 +168,10 @@ class Study(Protocol):
     def report(self) -> None:
         """Rewrite tables, plots and claims.md from the CSVs (rows of other processes included)."""
 
+    def run_files(self, key: dict) -> list[str]:
+        """Files the run of `key` writes under the results folder besides table rows (paths relative to it; DRT's
+        test grids): what `looped reproduce --merge-from` copies with the run's rows."""
+
 
 class StudyBase:
     """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `evaluate`
@@ -196,6 +200,9 @@ class StudyBase:
 
     def prepare(self, plan: list[dict], log) -> None:
         pass  # every score of a run is taken right after it trains
+
+    def run_files(self, key: dict) -> list[str]:
+        return []  # a run's scores are rows of the study's tables
 
     def config_once(self, key: dict, build: Callable[[], Any]):
         """build() once per run key, then the same config (the engine asks for it when planning and again when
