@@ -86,3 +86,21 @@ def test_data_show_prints_decued_family_rows():
     with pytest.raises(ValueError, match="--decued applies to the family task only"):
         show_examples("graph", 1, decued=True)
 
+
+
+def test_recipes_on_the_same_data_show_their_shortcut_baselines_once(tmp_path):
+    """family_decued_2x trains longer on family_decued's data: its baselines are the same numbers, and the tables
+    printed them twice as if they were two results."""
+    from looped.experiments import drt_shortcuts
+    from looped.experiments.render import markdown
+
+    table = drt_shortcuts.table(tmp_path)
+    row = {"baseline": "offset sum", "trained_difficulties": "2-5", "id_accuracy": "0.4946", "ood_accuracy": "0.4992",
+           "by_difficulty": "2:0.4875 6:0.5000", "train_rows": "60000", "test_rows": "16000"}
+    table.add_many([{**row, "task": "family_decued"}, {**row, "task": "family_decued_2x"},
+                    {**row, "task": "family", "id_accuracy": "0.8322"}])
+    assert drt_shortcuts.main_table_rows(table, columns=5) == [
+        "| family_decued, family_decued_2x | shortcut: offset sum | – | 49.5 | 49.9 |",
+        "| family | shortcut: offset sum | – | 83.2 | 49.9 |"]
+    section = markdown(drt_shortcuts.by_depth_section(table, []))
+    assert section.count("shortcut: offset sum") == 2 and "| family_decued, family_decued_2x | shortcut:" in section

@@ -15,7 +15,7 @@ from ..eval.shortcuts import FAMILY_CUES, family_shortcuts
 from ..train import reasoning as rtask
 from . import drt
 from .reasoning_scores import difficulty_columns
-from .render import Group, key, line, matching, part
+from .render import Group, key, line, part
 from .report import MISSING, by_difficulty, cell, figure, interval, read_interval
 from .results import ResultTable
 
@@ -49,10 +49,23 @@ def record(shortcuts: ResultTable, plan, test_rows, log=print) -> None:
                             for name, s in scores.items()])
 
 
+def shared(shortcuts: ResultTable) -> dict[int, list[str]]:
+    """The recipes of each baseline row, by the row's index: recipes on the same data (family_decued_2x only
+    trains longer than family_decued) have equal rows, shown once under the first recipe, labelled with all."""
+    first: dict[tuple, int] = {}
+    recipes: dict[int, list[str]] = {}
+    for i, row in enumerate(shortcuts.rows):
+        same = first.setdefault(tuple(v for k, v in row.items() if k != "task"), i)
+        recipes.setdefault(same, []).append(row["task"])
+    return recipes
+
+
 def main_table_rows(shortcuts: ResultTable, columns: int) -> list[str]:
-    """One row per baseline in the study's main table (task | "shortcut: <cue>" | – | ID | OOD | – ...)."""
-    return [line([r["task"], f"shortcut: {r['baseline']}", MISSING, figure(r["id_accuracy"], 1, 100),
-                  figure(r["ood_accuracy"], 1, 100), *[MISSING] * (columns - 5)]) for r in shortcuts.rows]
+    """One row per baseline and data in the study's main table (recipes | "shortcut: <cue>" | – | ID | OOD | – ...)."""
+    rows = shortcuts.rows
+    return [line([", ".join(tasks), f"shortcut: {rows[i]['baseline']}", MISSING, figure(rows[i]["id_accuracy"], 1, 100),
+                  figure(rows[i]["ood_accuracy"], 1, 100), *[MISSING] * (columns - 5)])
+            for i, tasks in shared(shortcuts).items()]
 
 
 CAPTION = ("A shortcut baseline predicts the label from one surface cue with a lookup table fitted on the recipe's "
@@ -77,10 +90,11 @@ def by_depth_section(shortcuts: ResultTable, models: list[Group]) -> list[str]:
         return []
     depths = sorted({d for r in shortcuts.rows for d in by_difficulty(r["by_difficulty"])})
     trained = read_interval(shortcuts.rows[0]["trained_difficulties"])  # one range for all recipes
-    predictors = []  # per recipe: each baseline (one row), then each model group
+    predictors = []  # per recipe: each baseline (one row, under the first recipe on its data), then each model group
+    baselines = shared(shortcuts)
     for recipe in dict.fromkeys(r["task"] for r in shortcuts.rows):
-        predictors += [Group({"task": recipe, "predictor": f"shortcut: {r['baseline']}"}, [r], [])
-                       for r in matching(shortcuts.rows, task=recipe)]
+        predictors += [Group({"task": ", ".join(tasks), "predictor": f"shortcut: {shortcuts.rows[i]['baseline']}"},
+                             [shortcuts.rows[i]], []) for i, tasks in baselines.items() if tasks[0] == recipe]
         predictors += [Group({"task": recipe, "predictor": model_label(g)}, g.runs, []) for g in models
                        if g["task"] == recipe and g.runs]
     # a baseline's cell is by_difficulty, a model run's best_by_difficulty
