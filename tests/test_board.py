@@ -152,3 +152,17 @@ def test_byte_lm_flops_are_the_trainers_own_count(tmp_path):
     metrics = (tmp_path / "runs" / "kjv" / "transformer" / "seed1" / "metrics.jsonl").read_text().splitlines()
     logged = [json.loads(line)["flops"] for line in metrics if '"flops"' in line]
     assert float(table.rows[0]["training_flops"]) == pytest.approx(logged[-1], rel=1e-3)
+
+
+def test_the_wall_time_line_is_measured_training_plus_scoring(tmp_path):
+    """The README quoted "~7.5 h" for the CPU plan from one timed cell; the finished plan took 9.2 h. The cost is
+    now read from the rows: training + scoring seconds, per cell the median over its seeds."""
+    table = board_study.results_table(tmp_path)
+    assert board_report.wall_time(table.rows) == []
+    _rows(table, "kjv", "rlt", [2.4, 2.5, 2.6], train_seconds=540, eval_seconds=60)  # 10 min a seed
+    _rows(table, "parity", "lstm", [1.0, 1.0], train_seconds=90, eval_seconds=30)  # 2 min a seed
+    table.add({**table.find(seed=2, task="parity", family="lstm"), "train_seconds": 210})  # 4 min
+    _rows(table, "graph", "drt", [0.7], train_seconds=100, eval_seconds=20, status="failed: out of memory")
+    [line] = board_report.wall_time(table.rows)
+    assert "5 runs, 0.6 h one after another; median cell 6.5 min; slowest: RLT-1 (seed 003) on kjv 10.0 min, " \
+           "LSTM on parity 3.0 min." in line

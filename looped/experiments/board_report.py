@@ -4,6 +4,7 @@ table). Written from results.csv alone, so a committed report regenerates byte-i
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,7 +93,25 @@ def header(scale: str, results: ResultTable) -> list[str]:
               + ". *Published*: " + chomsky.CITATION
               + f" (their budget: {chomsky.PUBLISHED_STEPS:,} steps, best of 10 seeds x 3 learning rates).")
     return heading(f"Leaderboard at {'CPU scale' if scale == 'cpu' else 'full scale'}", results.rows, plan, budget,
-                   scores)
+                   scores, *wall_time(results.rows))
+
+
+def wall_time(rows: list[dict], slowest: int = 3) -> list[str]:
+    """The plan's cost as measured: runs, hours of training + scoring in all, the median cell and the slowest
+    cells (median over their seeds, minutes); nothing before a run has finished."""
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for r in finished(rows):
+        seconds.setdefault((r["family"], r["task"]), []).append(float(r["train_seconds"] or 0)
+                                                                 + float(r["eval_seconds"] or 0))
+    if not seconds:
+        return []
+    cells = {cell: statistics.median(times) / 60 for cell, times in seconds.items()}
+    worst = sorted(cells.items(), key=lambda item: -item[1])[:slowest]
+    runs = sum(map(len, seconds.values()))
+    return [f"**Wall time** (training + scoring, one run per process; results.csv's train_seconds + eval_seconds): "
+            f"{runs} runs, {sum(map(sum, seconds.values())) / 3600:.1f} h one after another; median cell "
+            f"{statistics.median(cells.values()):.1f} min; slowest: "
+            + ", ".join(f"{board.LABELS[family]} on {task} {minutes:.1f} min" for (family, task), minutes in worst) + "."]
 
 
 def family_cell(suite: str, score: Callable[[str, list], str], notes: dict[str, str] | None = None) -> Column:
