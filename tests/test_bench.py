@@ -265,3 +265,20 @@ def test_the_scaling_figure_names_the_size_of_its_models(tmp_path, monkeypatch):
     monkeypatch.setattr(scaling, "atomic_save_figure", lambda fig, path: kept.update(title=fig._suptitle.get_text()))
     scaling.plot(json.loads(record.read_text()), tmp_path / "scaling.png")
     assert "d 128 rows, 379,520–968,544 parameters" in kept["title"]
+
+
+def test_a_record_names_the_command_that_wrote_it(tmp_path, monkeypatch):
+    """Records kept no command line: the README's command for results/bench/exit_r4.json had to be rebuilt from
+    the record's fields. Called from Python (not `looped bench`), a record says so with None."""
+    import json
+
+    from looped.cli import main as looped_main
+
+    out = tmp_path / "d.json"
+    words = ["bench", "decode", "--dim", "16", "--heads", "2", "--layers", "1", "--ffn-dim", "32", "--context",
+             "24", "--prompt", "4", "--stride", "8", "--repeats", "1", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["looped", *words])
+    assert looped_main(words) == 0
+    assert json.loads(out.read_text())["environment"]["command"] == "looped " + " ".join(words)
+    monkeypatch.setattr("sys.argv", ["pytest", "-q"])
+    assert cli(words[1:]) == 0 and json.loads(out.read_text())["environment"]["command"] is None

@@ -12,7 +12,9 @@ import datetime
 import math
 import os
 import platform
+import shlex
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -94,7 +96,15 @@ def environment() -> dict:
         # Spinning OpenMP threads steal CPU from other jobs on a shared machine; record the policy used.
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(),
     }
+
+
+def command_line() -> str | None:
+    """The `looped bench ...` command running, as typed, so a record says what wrote it (None when a benchmark is
+    called from Python: sys.argv is then another program's)."""
+    words = sys.argv[1:]
+    return shlex.join(["looped", *words]) if words[:1] == ["bench"] else None
 
 
 # --- models ----------------------------------------------------------------------------------------
