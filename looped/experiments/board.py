@@ -8,7 +8,7 @@ and its decoder-only baseline `rlt_baseline`, the `lstm`, and the reasoning core
 Suites (issue 31 part 2):
   byte LM      kjv (the embedded Bible, held-out books), enwik8 (the 4 MB prefix in ../shared/corpora: a run
                whose file is absent is skipped with that reason); score: held-out bits per byte (lower is better)
-  Chomsky      the nine tasks of Delétang et al. (looped/data/tasks/chomsky.py), trained on lengths 1-40;
+  Chomsky      the fifteen tasks of Delétang et al. (looped/data/tasks/chomsky*.py), trained on lengths up to 40;
                score: per-token output accuracy averaged over the test lengths 50-500 (the paper's score)
   seed 003     parity, s5_swaps, mod5_flat, mod5_bracketed; score: final-state accuracy averaged over the test
                lengths above the longest training length
