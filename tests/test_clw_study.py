@@ -134,6 +134,28 @@ def test_status_says_how_long_each_run_to_do_and_the_rest_will_take(tmp_path):
     assert "left:" not in engine.status_report(table, plan[1:], "clw cpu")
 
 
+def test_status_marks_a_run_another_process_holds_as_running_with_its_last_logged_update(tmp_path):
+    """Two `looped reproduce` processes share a study: --status listed the run one of them was training as plain
+    "to do", so a third process's owner could not tell work in progress from work not started."""
+    from looped.experiments.backfills import claim_path
+    from looped.experiments.results import exclusive_lock
+
+    table = clw_study.results_table(tmp_path)
+    busy, idle = ({"corpus": "enwik8", "row": "plain", "seed": seed} for seed in (11, 23))
+    folder = tmp_path / "runs" / "seed11"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text('{"step": 50, "loss": 3.1}\n{"step": 100, "loss": 2.9}\n')
+    claims_before = set((tmp_path / ".claims").glob("*")) if (tmp_path / ".claims").exists() else set()
+    assert "running" not in engine.status_report(table, [busy, idle], "clw cpu", lambda key: folder)
+    assert not (tmp_path / ".claims").exists() or set((tmp_path / ".claims").glob("*")) == claims_before
+    with exclusive_lock(claim_path(table, busy)):  # as the training process holds it
+        text = engine.status_report(table, [busy, idle], "clw cpu", lambda key: folder)
+    assert text.startswith("clw cpu: 0 done, 0 failed, 2 to do (1 running now) ("), text
+    assert "  to do  enwik8 / plain / 11  (running now: update 100 logged)\n" in text, text
+    assert "  to do  enwik8 / plain / 23\n" in text
+    assert "running" not in engine.status_report(table, [busy, idle], "clw cpu")  # released: to do again
+
+
 def test_result_rows_read_the_same_before_and_after_a_reload(tmp_path):
     """A study adds rows with numbers and reads earlier rows back from the CSV as text; mixing the two once
     crashed the table (sorting 918524 against "918524") after the second seed of a row."""

@@ -331,28 +331,54 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
             yield key
 
 
-def status_report(results: ResultTable, plan: list[dict], title: str) -> str:
+def status_report(results: ResultTable, plan: list[dict], title: str,
+                  folder: Callable[[dict], Path] | None = None) -> str:
     """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
     order the study would run them (a run to do with its expected minutes, `expected_seconds`), the counts, and
-    the training time left."""
-    lines, counts, expected = [], {"done": 0, "failed": 0, "to do": 0}, []
+    the training time left. A run to do that another process has claimed is marked running, with the last
+    update its folder (`folder(key)`) has logged."""
+    lines, counts, expected, busy = [], {"done": 0, "failed": 0, "to do": 0}, [], 0
     for key in plan:
         match = results.find(**key)
         status = match.get("status", "ok") if match else ""
         state = "to do" if match is None else ("done" if status == "ok" else "failed")
         counts[state] += 1
-        note = f"  ({status})" if state == "failed" else ""
+        notes = [status] if state == "failed" else []
+        if state == "to do" and running(results, key):
+            busy += 1
+            logged = last_update(folder(key)) if folder is not None else None
+            notes.append("running now" + (f": update {logged} logged" if logged else ""))
         if state == "to do" and (seconds := expected_seconds(results, key)) is not None:
             expected.append(seconds)
-            note = f"  (~{seconds / 60:.0f} min)"
-        lines.append(f"  {state:6s} {run_label(key)}{note}")
-    head = f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do ({results.path})"
+            notes.append(f"~{seconds / 60:.0f} min")
+        lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({'; '.join(notes)})" if notes else ""))
+    head = (f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do"
+            + (f" ({busy} running now)" if busy else "") + f" ({results.path})")
     if expected:
         unknown = counts["to do"] - len(expected)
         lines.append(f"left: ~{sum(expected) / 3600:.1f} h of training and scoring, one run after another, at the "
                      "median wall time of the finished runs that differ only by seed"
                      + (f" ({unknown} run(s) have none: not counted)" if unknown else ""))
     return "\n".join([head, *lines]) + "\n"
+
+
+def running(results: ResultTable, key: dict) -> bool:
+    """Another process holds the run's claim: it is training or scoring it now (a claim never taken has no file,
+    and --status creates none)."""
+    path = claim_path(results, key)
+    if not path.exists():
+        return False
+    with exclusive_lock(path, wait=False) as mine:
+        return not mine
+
+
+def last_update(folder: Path) -> int | None:
+    """The last update a run folder's metrics.jsonl has logged (None: nothing logged yet)."""
+    try:
+        events = read_metrics(Path(folder) / "metrics.jsonl")
+    except (OSError, ValueError):  # not started, or a file being written: no number rather than an error
+        return None
+    return next((int(e["step"]) for e in reversed(events) if "step" in e), None)
 
 
 def expected_seconds(results: ResultTable, key: dict) -> float | None:
@@ -485,7 +511,8 @@ def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", 
         refused = ""
     except ValueError as error:
         refused = f"refused: {error}\n"
-    return status_report(study.results, plan, f"{spec.name} {scale}") + refused + retrain_status(study, plan)
+    return (status_report(study.results, plan, f"{spec.name} {scale}", study.folder) + refused
+            + retrain_status(study, plan))
 
 
 def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
