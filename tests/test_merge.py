@@ -132,12 +132,20 @@ def test_a_folder_without_results_and_the_folder_itself_are_refused_in_one_line(
         merge.merge_study("board", here, runs, here)
 
 
-def test_the_command_merges_and_says_what_it_took(folders):
+def test_the_command_merges_several_folders_and_says_what_it_took(folders, tmp_path):
     here, there, runs = folders
-    results(here).replace_run(KEY, [])
+    other = tmp_path / "other"
+    shutil.copytree(there, other)
+    later = results(there).rows[5]
+    later_key = {k: later[k] for k in KEY}
+    for key in (KEY, later_key):
+        results(here).replace_run(key, [])
+    results(there).replace_run(later_key, [])  # only the second folder has it
     done = subprocess.run([sys.executable, "-m", "looped", "reproduce", "board", "--scale", "cpu", "--out",
-                           str(here), "--runs", str(runs), "--merge-from", str(there)],
+                           str(here), "--runs", str(runs), "--merge-from", str(there), str(other)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "took 1 / kjv / transformer (new)" in done.stdout
     assert f"merged {there}: 1 new run(s), 0 retrained there, " in done.stdout
+    assert f"merged {other}: 1 new run(s), 0 retrained there, " in done.stdout
+    assert results(here).has(**later_key)

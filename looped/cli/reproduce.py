@@ -6,7 +6,7 @@
     looped reproduce <study> ... --status | --report | --write-recipes | --stop-after MINUTES | --set KEY=VALUE
     looped reproduce <study> ... --retrain-owed   # finished runs owing a backfill whose folders are gone
     looped reproduce <study> ... --retrain-owed --replace-differing   # a retrain that differs becomes the row
-    looped reproduce <study> ... --merge-from OTHER/results/<study>_<scale>   # runs another folder finished
+    looped reproduce <study> ... --merge-from OTHER/results/<study>_<scale> [...]   # runs other folders finished
 
 Every axis of a study (looped.experiments.study.Axis) is one option taking several values; every Flag one more
 option. A study registered by a plugin gets its sub-command the same way.
@@ -42,10 +42,11 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
                         help="with --retrain-owed: a retrain that does not reproduce its row replaces it (the row "
                              "and every score become the retrain's, trained by today's code; both figures stay in "
                              "retrains.csv); also a run retrained earlier that differed")
-    parser.add_argument("--merge-from", metavar="FOLDER",
-                        help="take the runs another results folder of this study finished (another machine or "
-                             "checkout): each run's rows and files, new runs and runs retrained there; a run "
-                             "finished differently in both is named and left; then rewrite the report and exit")
+    parser.add_argument("--merge-from", nargs="+", metavar="FOLDER",
+                        help="take the runs other results folders of this study finished (other machines or "
+                             "checkouts), one folder after another: each run's rows and files, new runs and runs "
+                             "retrained there; a run finished differently in both is named and left; then rewrite "
+                             "the report and exit")
     parser.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes; 0: start "
                              "none)")
@@ -99,7 +100,8 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
     if args.merge_from:
         from ..experiments.merge import merge_study
 
-        merge_study(spec, out, runs, Path(args.merge_from), scale=args.scale, **flags)
+        for folder in args.merge_from:
+            merge_study(spec, out, runs, Path(folder), scale=args.scale, **flags)
         return 0
     if args.report:
         engine.write_report(spec, engine.build(spec, out, runs, scale=args.scale, **flags), args.scale)
