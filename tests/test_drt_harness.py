@@ -263,6 +263,25 @@ def test_table_reports_accuracy_by_hop_count_for_every_graph_recipe(tmp_path):
     assert "52.0 (n=1)" in hard_row  # the shortcut detector applies to the hard-negative recipe too
 
 
+def test_variants_are_set_against_their_recipe_seed_for_seed(tmp_path):
+    """Issue 27 asks which of the logic recipe's four CPU changes matters: a variant's OOD was only shown beside
+    the recipe's mean over three seeds (one of them 18 points below the others), not against its own seed."""
+    from looped.experiments.results import ResultTable
+    table = ResultTable(tmp_path / "results.csv", drt_study.COLUMNS, drt_study.KEY)
+    base = dict(arch="drt", alpha="0.0", parameters="100", updates="2", train_seconds="1", trained_difficulties="1-8",
+                trained_steps="4-16", best_by_difficulty="", val_accuracy="", step1_12hop="", id_accuracy="0.9",
+                diagnostic_max_change="", mean_ponder_ood="", status="ok")
+    table.add_many([{**base, "task": "logic", "seed": s, "ood_accuracy": a}
+                    for s, a in ((42, "0.88"), (43, "0.90"), (44, "0.70"))]
+                   + [{**base, "task": "logic_paper_lr", "seed": 42, "ood_accuracy": "0.763"},
+                      {**base, "task": "logic_1.5x", "seed": 42, "ood_accuracy": "0.913"}])
+    text = drt_study.table_markdown(table, "cpu")
+    lines = text.split("## Variants: one CPU change reverted, or a longer budget")[1].split("##")[0].splitlines()
+    assert ("| logic_paper_lr | drt | optim.lr as the paper's (not 0.002); optim.warmup_steps as the paper's (not 100)"
+            " | 90.0 (n=1) | 76.3 (n=1) | -11.7 (n=1) |") in lines
+    assert "| logic_1.5x | drt | 1.5x the rows seen | 90.0 (n=1) | 91.3 (n=1) | +3.3 (n=1) |" in lines
+
+
 def test_sufficient_budgets_and_id_ood_on_a_hand_made_grid():
     budgets, difficulties = [1, 2, 4, 8], [1, 2, 4, 6, 10]
     accuracy = np.array([

@@ -90,6 +90,17 @@ VARIANTS = {
 TASKS.update({name: TASKS[variant.of] for name, variant in VARIANTS.items()})
 
 
+def variant_change(recipe: str) -> str:
+    """What a variant changes in its recipe, in words: "optim.lr, optim.warmup_steps as the paper's (2e-3 -> ...)"
+    or "1.5x the rows seen"."""
+    variant = VARIANTS[recipe]
+    tuned = CPU_RECIPE_CHANGES.get(variant.of, {})
+    parts = [f"{section}.{key} as the paper's (not {tuned[section][key]})" for section, key in variant.revert]
+    if variant.budget != 1:
+        parts.append(f"{variant.budget:g}x the rows seen")
+    return "; ".join(parts)
+
+
 def cpu_changes(recipe: str) -> dict:
     """CPU_RECIPE_CHANGES of a recipe or variant, without what the variant reverts."""
     variant = VARIANTS.get(recipe, Variant(recipe))

@@ -33,7 +33,7 @@ from .reasoning_scores import (best_accuracy, diagnostic_rows, difficulty_column
 from .recipes import Recipe, parameter_count
 from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, minutes_per_run,
                      noting_failures, parameters, part, percent_of, spread_of, table, write_table)
-from .report import MISSING, cell, percent, read_interval, spread
+from .report import MISSING, cell, finished, percent, read_interval, spread
 from .study import (Axis, Backfill, Flag, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
                     unit_interval)
 from .results import ResultTable, study_results
@@ -191,6 +191,28 @@ SWEEP_COLUMNS = [key("arch"), key("alpha", align=RIGHT), percent_of("step-1 acc.
                  Column("10-hop best %", lambda g: spread([best_accuracy(r).get(10) for r in g.runs], 1, 100))]
 
 
+VARIANT_CAPTION = ("Each variant is its recipe with one of the CPU changes put back to the paper's value, or trained "
+                   "longer (drt.VARIANTS), at the recipe's seeds; the last column is the variant's OOD minus its "
+                   "recipe's OOD at the same seed, mean over the seeds both have (points): what that change is "
+                   "worth, seed for seed.")
+
+
+def variant_columns(rows: list[dict]) -> list[Column]:
+    def against_recipe(g: Group) -> str:
+        base = drt.VARIANTS[g["task"]].of
+        gaps = []
+        for run in g.runs:
+            theirs = finished(rows, task=base, arch=g["arch"], alpha=g["alpha"], seed=run["seed"])
+            if theirs and run["ood_accuracy"] and theirs[0]["ood_accuracy"]:
+                gaps.append(float(run["ood_accuracy"]) - float(theirs[0]["ood_accuracy"]))
+        text = spread(gaps, 1, 100) if gaps else MISSING
+        return f"+{text}" if gaps and not text.startswith("-") else text
+
+    return [key("task", "variant"), key("arch"), left("changed", lambda g: drt.variant_change(g["task"])),
+            percent_of("ID %", "id_accuracy"), percent_of("OOD %", "ood_accuracy"),
+            Column("OOD − recipe's, same seeds", against_recipe, RIGHT)]
+
+
 def _graph(task: str) -> bool:
     return drt.TASKS.get(task) == "graph"
 
@@ -207,6 +229,9 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
     sweep = sorted(groups(results.rows, GROUP, task="graph", arch="drt"), key=lambda g: float(g["alpha"]))  # core's
     lines += part("Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", SWEEP_COLUMNS,
                   sweep if len(sweep) > 1 else [], note=SWEEP_NOTE)
+    variants = [g for g in every if g["task"] in drt.VARIANTS and g.runs]
+    lines += part("Variants: one CPU change reverted, or a longer budget", variant_columns(results.rows), variants,
+                  VARIANT_CAPTION)
     lines += _hop_table([g for g in every if _graph(g["task"]) and g.runs])
     if shortcuts is not None:
         lines += drt_shortcuts.by_depth_section(shortcuts, [g for g in every if drt.TASKS.get(g["task"]) == "family"])
