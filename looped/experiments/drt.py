@@ -95,7 +95,8 @@ def variant_change(recipe: str) -> str:
     or "1.5x the rows seen"."""
     variant = VARIANTS[recipe]
     tuned = CPU_RECIPE_CHANGES.get(variant.of, {})
-    parts = [f"{section}.{key} as the paper's (not {tuned[section][key]})" for section, key in variant.revert]
+    shown = lambda value: "off" if value is None else value  # noqa: E731  (layer_scale None: no LayerScale)
+    parts = [f"{section}.{key} as the paper's (not {shown(tuned[section][key])})" for section, key in variant.revert]
     if variant.budget != 1:
         parts.append(f"{variant.budget:g}x the rows seen")
     return "; ".join(parts)
