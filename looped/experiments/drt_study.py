@@ -87,13 +87,14 @@ class DrtStudy(StudyBase):
         return Reproduction("OOD accuracy", float(self.results.find(**key)["ood_accuracy"]), summary["ood"],
                             REPRODUCE_TOLERANCE)
 
-    def scored_grid(self, run: RunSummary) -> tuple:
+    def scored_grid(self, run: RunSummary, loaded: tuple | None = None) -> tuple:
         """The run's test grid and its summary, scored once per checkpoint: a retrain that replaces its row is
-        checked (`reproduces`) and then scored (`evaluate`) on the same grid, minutes apart on a CPU."""
+        checked (`reproduces`) and then scored (`evaluate`) on the same grid, minutes apart on a CPU. `loaded`:
+        the checkpoint's (model, config) where the caller has loaded it already."""
         checkpoint = ckpt.run_checkpoint(run.folder)
         mark = (str(checkpoint), checkpoint.stat().st_mtime_ns)
         if mark not in self._grids:
-            model, config = load_model(checkpoint)
+            model, config = loaded or load_model(checkpoint)
             self._grids = {mark: score_grid(model, self.tests.get(config.task), config.task,
                                             batch_size=self.batch_size)}  # one run at a time: keep only the last
         return self._grids[mark]
@@ -109,7 +110,7 @@ class DrtStudy(StudyBase):
         12-hop graphs, the OOD ponder steps of ACT."""
         model, config = load_model(ckpt.run_checkpoint(run.folder))
         test = self.tests.get(config.task)
-        grid, summary = self.scored_grid(run)
+        grid, summary = self.scored_grid(run, (model, config))
         grid.write_csv(self.out / self.run_files(key)[0])
         self.gates.add_many(gate_rows(key, grid))
         # the depth-embedding diagnostic, at CPU scale on a sample of each test bucket

@@ -65,10 +65,11 @@ def merge_study(spec: engine.StudySpec | str, out: Path, runs: Path, source: Pat
     here = engine.build(spec, out, runs, scale=scale, **options)
     there = engine.build(spec, source, runs, scale=scale, **options)
     merge = Merge(source)
+    retrained = retrains_table(here), retrains_table(there)  # read once: one record per run key
     chosen = []
     for row in there.results.rows:
         key = {k: row[k] for k in here.results.key}
-        verdict = _verdict(here, there, key, row)
+        verdict = _verdict(here.results.find(**key), row, *(table.find(**key) for table in retrained))
         if verdict == "same":
             merge.same += 1
         elif verdict == "conflict":
@@ -77,7 +78,7 @@ def merge_study(spec: engine.StudySpec | str, out: Path, runs: Path, source: Pat
             chosen.append((key, verdict))
     _check_settings(here, there, [key for key, _ in chosen], source)  # before anything is written
     for key, verdict in chosen:
-        take_run(here, there, key, source)
+        take_run(here, there, key, source, retrained)
         (merge.new if verdict == "new" else merge.retrained).append(key)
         log(f"took {run_label(key)} ({verdict})")
     merge.study_wide_rows = _add_study_wide_rows(here, there)
@@ -101,31 +102,33 @@ def _check_settings(here: engine.Study, there: engine.Study, keys: list[dict], s
         settings.add(theirs)
 
 
-def _verdict(here: engine.Study, there: engine.Study, key: dict, row: dict) -> str:
-    """'same', 'new', 'retrained' (both taken) or 'conflict' for the run of `key`, `row` in the other folder."""
-    mine = here.results.find(**key)
+def _verdict(mine: dict | None, row: dict, ours: dict | None, theirs: dict | None) -> str:
+    """'same', 'new', 'retrained' (both taken) or 'conflict' for a run: its results.csv row here (`mine`) and in
+    the other folder (`row`), its retrains.csv record here (`ours`) and there (`theirs`)."""
     if mine is not None and _same(mine, row):
         return "same"
     if mine is None or (not finished([mine]) and finished([row])):
         return "new"
-    theirs, ours = retrains_table(there).find(**key), retrains_table(here).find(**key)
     # ours == theirs: a merge that copied the record and was stopped before the row
     if theirs is not None and (ours is None or _same(ours, theirs)):
         return "retrained"
     return "conflict"
 
 
-def take_run(here: engine.Study, there: engine.Study, key: dict, source: Path) -> None:
-    """Copy the run of `key` from `there` into `here`: per-run tables, files, retrains.csv, results.csv last."""
+def take_run(here: engine.Study, there: engine.Study, key: dict, source: Path,
+             retrained: tuple[ResultTable, ResultTable]) -> None:
+    """Copy the run of `key` from `there` into `here`: per-run tables, files, retrains.csv (`retrained`: here's
+    and there's), results.csv last."""
+    theirs = run_tables(there)
     for name, table in run_tables(here).items():
-        table.replace_run(key, [r for r in run_tables(there)[name].rows if matches(r, key)])
+        table.replace_run(key, [r for r in theirs[name].rows if matches(r, key)])
     for relative in here.run_files(key):
         if (source / relative).is_file():
             with atomic_path(Path(here.out) / relative) as tmp:
                 Path(tmp).write_bytes((source / relative).read_bytes())
-    record = retrains_table(there).find(**key)
-    if record is not None:
-        retrains_table(here).replace_run(key, [record])
+    ours_record, their_record = (table.find(**key) for table in retrained)
+    if their_record is not None and their_record != ours_record:
+        retrained[0].replace_run(key, [their_record])
     here.results.replace_run(key, [there.results.find(**key)])
 
 
@@ -143,10 +146,10 @@ def run_tables(study: engine.Study) -> dict[str, ResultTable]:
 
 def _add_study_wide_rows(here: engine.Study, there: engine.Study) -> int:
     """Rows of the study-wide tables (keyed otherwise than by run) that this folder lacks; how many were added."""
-    runs = {*run_tables(here), *(name for name, t in tables(here).items() if t is here.results)}
+    per_run = run_tables(here)
     added = 0
     for name, table in tables(here).items():
-        if name in runs:
+        if table is here.results or name in per_run:  # taken run by run
             continue
         missing = [row for row in tables(there)[name].rows if not table.has(**{k: row[k] for k in table.key})]
         table.add_many(missing)
