@@ -14,10 +14,11 @@ from looped.cli import main
 from looped.experiments import compare
 from looped.experiments import study as runner
 from looped.experiments.compare import CompareStudy, run_compare
-from looped.experiments.compare_plan import (FLOPS_ROW, PARAM_TOLERANCE, CompareOptions, Timing, cost_model,
-                                             load_or_make_plan, row_steps, run_config, solve_widths,
+from looped.experiments.compare_plan import (ARCHS, FIELD_ARCHS, FLOPS_ROW, PARAM_TOLERANCE, CompareOptions, Timing,
+                                             cost_model, load_or_make_plan, row_steps, run_config, solve_widths,
                                              steps_for_minutes)
 from looped.experiments.compare_report import summarize, table_markdown, verdicts
+from looped.models import get_arch
 from looped.models.budget import count_parameters
 from looped.train import Trainer
 
@@ -32,17 +33,43 @@ def tiny_options(corpus, **changes) -> CompareOptions:
     return options
 
 
-def test_every_row_has_the_plain_rows_parameter_count_within_tolerance():
-    options = CompareOptions(**{**TINY, "archs": ["transformer", "shared_loop", "anchored_loop", "workspace"]})
+@pytest.mark.parametrize("params", [100_000, 1_000_000])
+def test_every_row_has_the_plain_rows_parameter_count_within_tolerance(params):
+    options = CompareOptions(**{**TINY, "params": params, "archs": list(ARCHS)})  # seed 000's rows and the field's
     widths = solve_widths(options)
     plain = widths["transformer"]["parameters"]
-    assert abs(plain - 100_000) <= PARAM_TOLERANCE * 100_000
+    assert abs(plain - params) <= PARAM_TOLERANCE * params
     for arch, section in widths.items():
         fields = {k: v for k, v in section.items() if k not in ("arch", "parameters")}
+        config = get_arch(arch).config(**fields)
+        assert config.vocab_size == 257, arch  # the bytes: RLT's default vocabulary is its task alphabet
         built = count_parameters(arch, **fields)  # what the run will really hold
         assert built == section["parameters"]
-        assert abs(built - plain) <= PARAM_TOLERANCE * 100_000, arch
+        assert abs(built - plain) <= PARAM_TOLERANCE * params, arch
     assert widths["shared_loop"]["dim"] == 2 * widths["transformer"]["dim"]  # seed 000's width ratios
+    assert widths["mixture_of_recursions"]["recursions"] == widths["prelude_coda"]["rounds"] == options.rounds
+
+
+def test_the_fields_families_compare_and_only_rows_with_a_test_time_depth_are_swept(tmp_path):
+    # compare trained seed 000's rows only, and its depth sweep read `config.rounds`, which MoR (recursions) and
+    # RLT-1 (no test-time depth) do not have
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    out = tmp_path / "out"
+    plan = load_or_make_plan(out, tiny_options(corpus, archs=["transformer", *FIELD_ARCHS], steps=2, rounds=2,
+                                               match=["params"]), log=lambda m: None)
+    run_compare(out, tmp_path / "runs", plan, progress=False, log=lambda m: None)
+    results = {r["row"]: r for r in csv.DictReader(open(out / "results.csv"))}
+    assert sorted(results) == sorted(["transformer", *FIELD_ARCHS])
+    swept = {}
+    for r in csv.DictReader(open(out / "depth.csv")):
+        swept.setdefault(r["row"], []).append(int(r["rounds"]))
+    looped = [a for a in FIELD_ARCHS if a != "rlt"]
+    assert {row: sorted(rounds) for row, rounds in swept.items()} == {row: [1, 2, 3, 4] for row in looped}
+    assert results["rlt"]["best_depth"] == results["transformer"]["best_depth"] == ""
+    assert all(int(results[row]["best_depth"]) in (1, 2, 3, 4) for row in looped)
+    table = (out / "table.md").read_text()
+    assert all(f"| {row} |" in table for row in FIELD_ARCHS)
+    assert (out / "depth.png").stat().st_size > 0
 
 
 def test_flops_matching_gives_the_plain_row_the_looped_rows_training_flops(tmp_path):

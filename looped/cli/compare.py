@@ -147,7 +147,8 @@ def add_commands(sub) -> None:
                                                  "the updates per run so the whole comparison takes about this long")
     p.add_argument("--context", type=int, default=128, help="bytes of context (default 128)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per update (default 16)")
-    p.add_argument("--rounds", type=int, default=4, help="trained rounds of the looped rows = layers of the plain row")
+    p.add_argument("--rounds", type=int, default=4, help="trained rounds of the looped rows (MoR: recursions) = "
+                                                         "layers of the plain row and of RLT-1 (default 4)")
     p.add_argument("--heldout-bytes", type=int, default=16_384,
                    help="held-out bytes scored at every evaluation (the start of the held-out text; default 16384)")
     p.add_argument("--data-seed", type=int, default=0, help="the data order every run shares (default 0)")

@@ -88,7 +88,7 @@ class CompareStudy:
         best = min(curve, key=lambda e: e["val_bits_per_byte"])
         model, _ = load_model(ckpt.run_checkpoint(folder, "best"))
         blocks, _ = load_heldout(config.data)  # the comparison's first --heldout-bytes of held-out text
-        depth = depth_sweep(self.depths, key, model, blocks) if key["row"] not in (PLAIN, FLOPS_ROW) else None
+        depth = depth_sweep(self.depths, key, model, blocks) if model.default_rounds is not None else None
         ledger = model_ledger(model, self.options.context)
         updates = run.updates
         self.results.add({**key, "arch": config.model.arch, "parameters": model.parameter_counts()["total"],
@@ -97,8 +97,9 @@ class CompareStudy:
                           "best_depth": depth[0] if depth else "", "best_depth_bits_per_byte":
                           f"{depth[1]:.6f}" if depth else "", "inference_flops_per_token": f"{ledger.per_token:.6g}",
                           "decode_tokens_per_s": f"{decode_speed(model):.1f}",
-                          "state_bytes_1024": ledger.state_bytes(STATE_CONTEXT), "train_seconds": f"{seconds:.1f}",
-                          "status": "ok"})
+                          # round: MoR's state is an expectation (its router decides which tokens each depth caches)
+                          "state_bytes_1024": round(ledger.state_bytes(STATE_CONTEXT)),
+                          "train_seconds": f"{seconds:.1f}", "status": "ok"})
         self.clock.ran(key, trained=seconds > 0)
 
     def report(self) -> None:
@@ -125,7 +126,7 @@ def record_curve(table: ResultTable, key: dict, folder: Path, update_flops: floa
 
 def depth_sweep(table: ResultTable, key: dict, model, blocks: torch.Tensor) -> tuple[int, float]:
     """Held-out bits/byte at test-time rounds 1 .. DEPTH_FACTOR x trained; (best rounds, its bits/byte)."""
-    trained = model.config.rounds
+    trained = model.default_rounds
     scores = {}
     for rounds in range(1, DEPTH_FACTOR * trained + 1):
         scores[rounds] = evaluate_lm(model, blocks, batch_size=16, rounds=rounds)["bits_per_byte"]

@@ -32,14 +32,38 @@ from ..train import RunConfig
 from .results import exclusive_lock
 
 PLAIN = "transformer"
-ARCHS = ("transformer", "shared_loop", "adaptive_exit", "anchored_loop", "conditioned_dense", "workspace",
-         "workspace_retention")
+
+
+def _rounds(r: int) -> dict:
+    return {"rounds": r}
+
+
+# Every row compare trains: heads, head width at BASE_PARAMS (widths scale from these) and its depth fields at
+# --rounds R. Seed 000's rows keep its small-budget widths (plain 4 layers of width 128, shared loop width 256,
+# anchored rows width 192). The field's families keep the leaderboard's shapes (looped.experiments.board.FAMILIES)
+# at twice its head width: Ouro's shared unit of two blocks applied R times; Huginn's and Parcae's one prelude
+# block, a two-block core iterated R times (back-propagating through all R, Parcae through half) and one coda
+# block; MoR's two shared layers with R recursions; RLT-1 as R layers split between encoder and decoder (its
+# recurrence runs over tokens, so it has no test-time depth and is not swept).
+SHAPES = {
+    "transformer": (4, 32, lambda r: {"layers": r}),
+    "shared_loop": (8, 32, _rounds), "adaptive_exit": (8, 32, _rounds), "anchored_loop": (6, 32, _rounds),
+    "conditioned_dense": (6, 32, _rounds), "workspace": (6, 32, _rounds), "workspace_retention": (6, 32, _rounds),
+    "exit_gate_loop": (6, 32, lambda r: {"layers": 2, "rounds": r}),
+    "prelude_coda": (4, 32, lambda r: {"prelude_layers": 1, "core_layers": 2, "coda_layers": 1, "rounds": r,
+                                       "backprop_rounds": r}),
+    "stable_loop": (4, 32, lambda r: {"prelude_layers": 1, "core_layers": 2, "coda_layers": 1, "rounds": r,
+                                      "backprop_rounds": max(1, r // 2)}),
+    "mixture_of_recursions": (6, 32, lambda r: {"kv_heads": 2, "shared_layers": 2, "recursions": r}),
+    "rlt": (4, 32, lambda r: {"encoder_layers": max(1, r // 2), "decoder_layers": max(1, r - r // 2),
+                              "feedback_interval": 1}),
+}
+ARCHS = tuple(SHAPES)
+FIELD_ARCHS = ("exit_gate_loop", "prelude_coda", "stable_loop", "mixture_of_recursions", "rlt")  # not seed 000's
 DEFAULT_ARCHS = ("transformer", "shared_loop", "anchored_loop", "workspace")
 FLOPS_ROW = f"{PLAIN}@flops"  # the plain row given the looped rows' training FLOPs
 SEEDS = (11, 23, 37, 41, 53, 67, 79, 83, 97, 101)  # --seeds N takes the first N
-# heads and head width of each row at seed 000's small budget (918k parameters); widths scale from these
-BASE = {"transformer": (4, 32), "shared_loop": (8, 32), "adaptive_exit": (8, 32), "anchored_loop": (6, 32),
-        "conditioned_dense": (6, 32), "workspace": (6, 32), "workspace_retention": (6, 32)}
+BYTE_VOCAB = 257  # the byte LMs' vocabulary (RLT's default is its task alphabet)
 BASE_PARAMS = 918_000
 PARAM_TOLERANCE = 0.005  # every row within 0.5 % of the plain row's count
 CURVE_POINTS = 20  # held-out evaluations per run
@@ -131,11 +155,12 @@ def parse_count(text: str) -> int:
 # --- widths ---------------------------------------------------------------------------------------------
 def base_fields(arch: str, options: CompareOptions) -> dict:
     """Model fields of `arch` except ffn_dim: heads fixed, head width scaled with sqrt(params / 918k) (even,
-    at least 8), 4 layers or 4 rounds, the comparison's context."""
-    heads, head_dim = BASE[arch]
+    at least 8), the depth fields at --rounds (SHAPES), the comparison's context."""
+    heads, head_dim, depth = SHAPES[arch]
     scaled = max(8, 2 * round(head_dim * math.sqrt(options.params / BASE_PARAMS) / 2))
-    fields = {"dim": heads * scaled, "heads": heads, "context_length": options.context}
-    fields.update({"layers": options.rounds} if arch == PLAIN else {"rounds": options.rounds})
+    fields = {"dim": heads * scaled, "heads": heads, "context_length": options.context, **depth(options.rounds)}
+    if arch == "rlt":  # the only row whose default vocabulary is not the bytes'
+        fields["vocab_size"] = BYTE_VOCAB
     return fields
 
 
@@ -236,9 +261,15 @@ def run_seconds(steps: int, timing: Timing, heldout_batches: int, depth_sweep_ro
     return steps * timing.update_s + evaluations * heldout_batches * timing.eval_batch_s + RUN_OVERHEAD_S
 
 
+def is_swept(row: str) -> bool:
+    """Whether a row has a test-time depth, so its runs are also scored at rounds 1 .. 2 x trained: the looped
+    rows but RLT-1 (the registry's depths the shared drivers sweep; none for a fixed-depth model)."""
+    return row != FLOPS_ROW and bool(get_arch(row).test_depths)
+
+
 def sweep_units(row: str, rounds: int) -> float:
     """The depth sweep's cost in evaluations at the trained depth: rounds 1..2R cost (1 + ... + 2R) / R."""
-    if row in (PLAIN, FLOPS_ROW):
+    if not is_swept(row):
         return 0.0
     top = DEPTH_FACTOR * rounds
     return top * (top + 1) / 2 / rounds

@@ -1,7 +1,7 @@
 """`looped compare`, the plots (all with units):
 
   curves.png  held-out bits/byte against training FLOPs, one curve per row (mean over seeds at each evaluation);
-  depth.png   held-out bits/byte against test-time rounds for the looped rows, the plain rows as lines;
+  depth.png   held-out bits/byte against test-time rounds for the looped rows, fixed-depth rows as lines;
   pareto.png  held-out bits/byte against inference FLOPs per token (the looped rows at every test-time depth),
               with the Pareto front (no point both cheaper and better) drawn through it.
 The compressors' rates on the same held-out bytes are drawn as the floor where they fit the axis.
@@ -101,9 +101,9 @@ def plot_depth(path: Path, plan: dict, rows: list[str], depths: list[dict], summ
         if points:
             ax.plot(list(points), list(points.values()), marker="o", color=f"C{i}", label=row)
     for s in summary:
-        if s["row"] in (PLAIN, FLOPS_ROW):
-            ax.axhline(s["bits_per_byte_mean"], ls="--", lw=1, color=f"C{rows.index(s['row'])}",
-                       label=f"{s['row']} ({rounds} layers)")
+        if not _mean_by(depths, s["row"], "rounds"):  # a fixed-depth row (the plain rows, RLT-1): its score
+            name = f"{s['row']} ({rounds} layers)" if s["row"] in (PLAIN, FLOPS_ROW) else f"{s['row']} (fixed depth)"
+            ax.axhline(s["bits_per_byte_mean"], ls="--", lw=1, color=f"C{rows.index(s['row'])}", label=name)
     ax.axvline(rounds, color="0.6", ls=":", lw=1)
     ax.set_xlabel(f"test-time rounds (trained with {rounds})")
     ax.set_ylabel("held-out bits/byte (mean over seeds)")
