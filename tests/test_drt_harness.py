@@ -614,3 +614,16 @@ def test_a_model_without_a_gate_writes_no_gate_rows():
     assert grid.gate_means is None and gate_rows(key, grid) == []
     gated = AccuracyGrid([1, 2], [3], np.array([[0.5], [0.6]]), np.array([10]), gate_means=[0.25, 0.5])
     assert [r["gate_mean"] for r in gate_rows(key, gated)] == ["0.250000", "0.500000"]
+
+
+def test_table_lines_follow_the_recipes_and_architectures_not_the_order_runs_finished():
+    # the table listed its lines in results.csv order: graph, family, graph alpha 1.0, graph baselines, graph alpha
+    # 0.5, ... as the sessions happened to run them
+    finished = [("graph", "drt", "0.0"), ("family", "drt", "0.0"), ("graph", "drt", "1.0"),
+                ("graph", "gnn", "0.0"), ("logic_1.5x", "drt", "0.0"), ("graph", "drt", "0.1"),
+                ("logic", "fixed_transformer", "0.0"), ("graph", "drt_tied", "0.0"), ("logic", "drt", "0.0")]
+    rows = [dict(zip(drt_study.GROUP, line), seed=seed) for line in finished for seed in (42, 43)]
+    assert drt_study.line_order(rows) == [
+        ("graph", "drt", "0.0"), ("graph", "drt", "0.1"), ("graph", "drt", "1.0"), ("graph", "drt_tied", "0.0"),
+        ("graph", "gnn", "0.0"), ("logic", "drt", "0.0"), ("logic", "fixed_transformer", "0.0"),
+        ("family", "drt", "0.0"), ("logic_1.5x", "drt", "0.0")]

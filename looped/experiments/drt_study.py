@@ -220,7 +220,7 @@ def _graph(task: str) -> bool:
 
 def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | None = None,
                    retrained: list[str] = ()) -> str:
-    every = groups(results.rows, GROUP)
+    every = groups(results.rows, GROUP, order=line_order(results.rows))
     tasks = sorted({str(r["task"]) for r in results.rows} & set(drt.TASKS))
     recipes = [bullets(drt.describe(task, scale) for task in tasks)] if scale == "cpu" and tasks else []
     lines = [*heading(f"Seed 002 (DRT) at {scale} scale", results.rows, CAPTION, *recipes),
@@ -240,6 +240,21 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
     lines += part("Graph frontier on both negative generators", CROSS_COLUMNS, crossed, CROSS_CAPTION)
     lines += ["", "Paper's heatmap notes:", bullets(f"{t}: {note}" for t, note in drt.PAPER_NOTES.items())]
     return markdown([*lines, *retrained])
+
+
+ARCH_ORDER = ("drt", "drt_tied", "ut_act", "fixed_transformer", "gnn", "trm")  # the core, its ablation, baselines
+
+
+def line_order(rows: list[dict]) -> list[tuple]:
+    """The (task, arch, alpha) lines of the tables: by recipe as drt.TASKS lists them (the paper's tasks, then the
+    harder and de-cued ones, then the variants), the core before its baselines, alpha rising; not the order
+    the runs happened to finish in."""
+    def rank(line: tuple) -> tuple:
+        task, arch, alpha = line
+        return (list(drt.TASKS).index(task) if task in drt.TASKS else len(drt.TASKS), task,
+                ARCH_ORDER.index(arch) if arch in ARCH_ORDER else len(ARCH_ORDER), arch, float(alpha))
+
+    return sorted({tuple(str(r[c]) for c in GROUP) for r in rows}, key=rank)
 
 
 CROSS_COLUMNS = [left("trained on", lambda g: f"{negatives(g['task'])} negatives"), *KEY_COLUMNS[1:],
