@@ -82,6 +82,20 @@ def test_a_run_retrained_there_replaces_the_row_here_with_its_record(folders):
     assert not merged(here, there, runs).taken  # the second time: already here
 
 
+def test_a_retrain_there_that_reproduced_its_row_is_taken_for_the_scores_it_owed(folders):
+    # a CLW retrain that reproduces its row adds only by-position / early-exit rows: the results.csv rows stay the
+    # same, and the merge called the run "already here" and left the new scores behind
+    here, there, runs = folders
+    ours = results(here).find(**KEY)
+    retrain.retrains_table(engine.build("board", there, runs)).add(
+        {**KEY, "figure": "score", "committed": ours["score"], "retrained": ours["score"], "verdict": "reproduces"})
+    done = merged(here, there, runs)
+    assert done.retrained == [KEY] and not done.conflicts
+    assert retrain.retrains_table(engine.build("board", here, runs)).find(**KEY)["verdict"] == "reproduces"
+    assert results(here).find(**KEY) == ours
+    assert not merged(here, there, runs).taken  # the second time: already here
+
+
 def test_a_merge_stopped_after_the_record_before_the_row_takes_the_run_again(folders):
     here, there, runs = folders
     theirs = change(there, score="3.300000")

@@ -8,7 +8,8 @@ replaces whatever this folder holds for the run. A run is taken when
 
 - this folder lacks it, or holds it only as failed and the other folder finished it;
 - the other folder retrained it (`--retrain-owed`: a retrains.csv record, for a score filled in or a row
-  replaced) and this folder has no other retrain of it.
+  replaced) and this folder has no other retrain of it; also when the retrain reproduced the row, so the
+  results.csv rows are the same in both and only the scores it owed differ.
 
 A run both folders hold, with different rows and no such record, is a conflict: it is named and left as it is
 here (which one is right is not the merge's to guess). Study-wide tables (DRT's shortcut baselines) gain the
@@ -106,7 +107,9 @@ def _verdict(mine: dict | None, row: dict, ours: dict | None, theirs: dict | Non
     """'same', 'new', 'retrained' (both taken) or 'conflict' for a run: its results.csv row here (`mine`) and in
     the other folder (`row`), its retrains.csv record here (`ours`) and there (`theirs`)."""
     if mine is not None and _same(mine, row):
-        return "same"
+        # a retrain there that reproduced its row leaves the row as it was but adds the scores it owed (CLW's
+        # by-position and early-exit tables): the record says so; once taken, the records are the same here
+        return "retrained" if theirs is not None and ours is None else "same"
     if mine is None or (not finished([mine]) and finished([row])):
         return "new"
     # ours == theirs: a merge that copied the record and was stopped before the row
