@@ -30,7 +30,8 @@ from ..models.ledger import model_ledger
 from ..train import load_model
 from ..train import checkpoint as ckpt
 from ..train.run_folder import read_metrics
-from .compare_plan import DEPTH_FACTOR, FLOPS_ROW, PLAIN, CompareOptions, predicted_seconds, row_steps, run_config
+from .compare_plan import (DEPTH_FACTOR, FLOPS_ROW, PLAIN, CompareOptions, is_swept, predicted_seconds, row_steps,
+                           run_config)
 from .compare_report import write_report
 from .results import ResultTable
 from .study import RunSummary, execute
@@ -88,7 +89,7 @@ class CompareStudy:
         best = min(curve, key=lambda e: e["val_bits_per_byte"])
         model, _ = load_model(ckpt.run_checkpoint(folder, "best"))
         blocks, _ = load_heldout(config.data)  # the comparison's first --heldout-bytes of held-out text
-        depth = depth_sweep(self.depths, key, model, blocks) if model.default_rounds is not None else None
+        depth = depth_sweep(self.depths, key, model, blocks) if is_swept(key["row"]) else None
         ledger = model_ledger(model, self.options.context)
         updates = run.updates
         self.results.add({**key, "arch": config.model.arch, "parameters": model.parameter_counts()["total"],

@@ -63,7 +63,7 @@ FIELD_ARCHS = ("exit_gate_loop", "prelude_coda", "stable_loop", "mixture_of_recu
 DEFAULT_ARCHS = ("transformer", "shared_loop", "anchored_loop", "workspace")
 FLOPS_ROW = f"{PLAIN}@flops"  # the plain row given the looped rows' training FLOPs
 SEEDS = (11, 23, 37, 41, 53, 67, 79, 83, 97, 101)  # --seeds N takes the first N
-BYTE_VOCAB = 257  # the byte LMs' vocabulary (RLT's default is its task alphabet)
+BYTE_VOCAB = 257  # every row reads bytes (stated: RLT's default vocabulary is its task alphabet)
 BASE_PARAMS = 918_000
 PARAM_TOLERANCE = 0.005  # every row within 0.5 % of the plain row's count
 CURVE_POINTS = 20  # held-out evaluations per run
@@ -155,13 +155,11 @@ def parse_count(text: str) -> int:
 # --- widths ---------------------------------------------------------------------------------------------
 def base_fields(arch: str, options: CompareOptions) -> dict:
     """Model fields of `arch` except ffn_dim: heads fixed, head width scaled with sqrt(params / 918k) (even,
-    at least 8), the depth fields at --rounds (SHAPES), the comparison's context."""
+    at least 8), the bytes' vocabulary, the depth fields at --rounds (SHAPES), the comparison's context."""
     heads, head_dim, depth = SHAPES[arch]
     scaled = max(8, 2 * round(head_dim * math.sqrt(options.params / BASE_PARAMS) / 2))
-    fields = {"dim": heads * scaled, "heads": heads, "context_length": options.context, **depth(options.rounds)}
-    if arch == "rlt":  # the only row whose default vocabulary is not the bytes'
-        fields["vocab_size"] = BYTE_VOCAB
-    return fields
+    return {"dim": heads * scaled, "heads": heads, "vocab_size": BYTE_VOCAB, "context_length": options.context,
+            **depth(options.rounds)}
 
 
 def solve_widths(options: CompareOptions) -> dict[str, dict]:

@@ -96,14 +96,14 @@ def plot_curves(path: Path, rows: list[str], curves: list[dict], floor: dict, pl
 def plot_depth(path: Path, plan: dict, rows: list[str], depths: list[dict], summary: list[dict]) -> None:
     fig, ax = _figure()
     rounds = plan["options"]["rounds"]
+    scores = {s["row"]: s["bits_per_byte_mean"] for s in summary}
     for i, row in enumerate(rows):
         points = _mean_by(depths, row, "rounds")
         if points:
             ax.plot(list(points), list(points.values()), marker="o", color=f"C{i}", label=row)
-    for s in summary:
-        if not _mean_by(depths, s["row"], "rounds"):  # a fixed-depth row (the plain rows, RLT-1): its score
-            name = f"{s['row']} ({rounds} layers)" if s["row"] in (PLAIN, FLOPS_ROW) else f"{s['row']} (fixed depth)"
-            ax.axhline(s["bits_per_byte_mean"], ls="--", lw=1, color=f"C{rows.index(s['row'])}", label=name)
+        elif row in scores:  # a fixed-depth row (the plain rows, RLT-1): its score as a line
+            name = f"{row} ({rounds} layers)" if row in (PLAIN, FLOPS_ROW) else f"{row} (fixed depth)"
+            ax.axhline(scores[row], ls="--", lw=1, color=f"C{i}", label=name)
     ax.axvline(rounds, color="0.6", ls=":", lw=1)
     ax.set_xlabel(f"test-time rounds (trained with {rounds})")
     ax.set_ylabel("held-out bits/byte (mean over seeds)")
