@@ -413,3 +413,24 @@ def test_shuffled_feedback_hands_each_row_its_neighbours_register():
     state.feedback = registers.roll(1, 0)
     assert torch.allclose(model.decode(tokens[:, 1:2], state)[:, 0], shuffled[:, 1], atol=1e-12)
     assert torch.allclose(first[:, 0], plain[:, 0], atol=1e-12)
+
+
+def test_table_lists_tasks_and_rows_by_the_plan_not_the_order_runs_finished(tmp_path):
+    # the table listed RLT-0 and the Transformer above RLT-1 and addition first: the order of results.csv
+    from looped.experiments import rlt_study
+    from looped.experiments.results import ResultTable
+    results = ResultTable(tmp_path / "results.csv", rlt_study.COLUMNS, ["task", "row", "seed"])
+    lengths = ResultTable(tmp_path / "lengths.csv", ["task", "row", "seed", "length", *rlt_study.METRICS],
+                          ["task", "row", "seed", "length"])
+    finished = [("addition", "rlt0"), ("addition", "baseline"), ("parity", "lstm"), ("parity", "rlt0"),
+                ("parity", "rlt1"), ("addition", "rlt1"), ("parity", "chunk4")]
+    results.add_many([dict(task=task, row=row, arch=row, seed=42, parameters=100, updates=10, best_step=10,
+                           status="ok") for task, row in finished])
+    text = rlt_study.table_markdown(results, lengths, "cpu")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert [h.split()[1] for h in headings] == ["parity", "addition"]
+    parity = text[text.index("## parity"):text.index("## addition")]
+    labels = [line.split(" | ")[0].lstrip("| ") for line in parity.splitlines() if line.startswith("| ") and
+              not line.startswith("| row")]
+    assert labels == ["RLT-1 2+2", "RLT-2 chunk4 2+2", "RLT-0 2+2", "LSTM 1"]
+    assert rlt_study.plan_order(["z", "b", "a", "b"], ["a", "b"]) == ["a", "b", "z"]

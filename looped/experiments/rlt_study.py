@@ -102,7 +102,7 @@ class RltStudy(StudyBase):
             plot_length_rows(ax, matching(lengths.rows, task=task), rlt.TASKS[task]["name"], metric=metric,
                              title=title, labels=labels, colors=ROW_COLORS, variant=rlt.TASKS[task].get("variant"))
 
-        tasks = list(dict.fromkeys(r["task"] for r in lengths.rows))
+        tasks = plan_order((r["task"] for r in lengths.rows), rlt.TASKS)
         for task in tasks:
             metrics = METRICS if task.startswith("s5") else (rlt.primary_metric(task),)
             panels(self.out / f"{task}.png", metrics,
@@ -139,13 +139,20 @@ def task_columns(task: str, lengths: ResultTable, scale: str) -> list[Column]:
                           length=ablated)]
 
 
+def plan_order(names, known) -> list[str]:
+    """names (rows or tasks) in the order `known` lists them (the plan's: RLT-1 before its ablations and baselines,
+    the paper's tasks before the added ones), names it does not know after them: not the order runs finished in."""
+    known = list(known)
+    return sorted(dict.fromkeys(names), key=lambda name: known.index(name) if name in known else len(known))
+
+
 def table_markdown(results: ResultTable, lengths: ResultTable, scale: str, notes: list[str] = ()) -> str:
-    rows = [(row,) for row in dict.fromkeys(r["row"] for r in results.rows)]
+    rows = [(row,) for row in plan_order((r["row"] for r in results.rows), (*rlt.PLAN_ROWS, *rlt.ROWS))]
     title = "CPU scale" if scale == "cpu" else "the paper's recipe"
     changes = ["Changes to the paper's recipe, identical for every row:", bullets(rlt.CPU_CHANGES)]
     lines = heading(f"Seed 003 (Recurrent Looped Transformer) at {title}", results.rows,
                     *(changes if scale == "cpu" else ()), CAPTION)
-    for task in dict.fromkeys(r["task"] for r in results.rows):
+    for task in plan_order((r["task"] for r in results.rows), rlt.TASKS):
         lines += [f"## {task} ({rlt.primary_metric(task).replace('_', ' ')})", "",
                   *table(task_columns(task, lengths, scale), groups(results.rows, ("row",), order=rows, task=task))]
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
