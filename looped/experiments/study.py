@@ -47,7 +47,8 @@ from .backfills import (DIFFERS, REPLACED, REPRODUCES, RETRAINED, RETRAINING, Ba
                         claim_path, owed_retrains, retrain_status, retrain_verdict)
 from .claims import ClaimSet
 from .report import cell, finished
-from .results import OVERRIDES, ResultTable, check_same_settings, exclusive_lock, overrides_text, run_label
+from .results import (OVERRIDES, ResultTable, check_same_settings, exclusive_lock, machine, overrides_text,
+                      run_label)
 
 if TYPE_CHECKING:
     from .recipes import Recipe
@@ -338,6 +339,8 @@ def status_report(results: ResultTable, plan: list[dict], title: str,
     the training time left. A run to do that another process has claimed is marked running, with the last
     update its folder (`folder(key)`) has logged."""
     lines, counts, expected, busy = [], {"done": 0, "failed": 0, "to do": 0}, [], 0
+    here = cpu_of(machine())
+    factor = speed_factor(results, here)
     for key in plan:
         match = results.find(**key)
         status = match.get("status", "ok") if match else ""
@@ -348,7 +351,7 @@ def status_report(results: ResultTable, plan: list[dict], title: str,
             busy += 1
             logged = last_update(folder(key)) if folder is not None else None
             notes.append("running now" + (f": update {logged} logged" if logged else ""))
-        if state == "to do" and (seconds := expected_seconds(results, key)) is not None:
+        if state == "to do" and (seconds := expected_seconds(results, key, here, factor)) is not None:
             expected.append(seconds)
             notes.append(f"~{seconds / 60:.0f} min")
         lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({'; '.join(notes)})" if notes else ""))
@@ -358,6 +361,8 @@ def status_report(results: ResultTable, plan: list[dict], title: str,
         unknown = counts["to do"] - len(expected)
         lines.append(f"left: ~{sum(expected) / 3600:.1f} h of training and scoring, one run after another, at the "
                      "median wall time of the finished runs that differ only by seed"
+                     + (f" (those that ran on another CPU x {factor:.2f}, this {here or 'machine'}'s measured speed "
+                        "against theirs)" if factor != 1.0 else "")
                      + (f" ({unknown} run(s) have none: not counted)" if unknown else ""))
     return "\n".join([head, *lines]) + "\n"
 
@@ -381,21 +386,59 @@ def last_update(folder: Path) -> int | None:
     return next((int(e["step"]) for e in reversed(events) if "step" in e), None)
 
 
-def expected_seconds(results: ResultTable, key: dict) -> float | None:
+def expected_seconds(results: ResultTable, key: dict, here: str | None = None,
+                     factor: float | None = None) -> float | None:
     """The median training + scoring seconds of the finished rows of `key`'s setting with another seed (the rows'
-    train_seconds and eval_seconds); None without such a row (or a key without a seed)."""
+    train_seconds and eval_seconds); None without such a row (or a key without a seed). Rows that ran on this
+    machine's CPU (`here`, default this process's) count alone where there are any; rows from another CPU are
+    scaled by `factor` (default `speed_factor`: a study moved to a slower machine took ~1.6x the minutes its old
+    rows said)."""
     if "seed" not in key:
         return None
-    setting = {k: v for k, v in key.items() if k != "seed"}
-    seconds = []
-    for row in finished(results.rows, **setting):
-        try:
-            trained, scored = float(row.get("train_seconds") or 0), float(row.get("eval_seconds") or 0)
-        except ValueError:  # a table without these columns, or a cell that is not a number
+    here = cpu_of(machine()) if here is None else here
+    rows = [row for row in finished(results.rows, **{k: v for k, v in key.items() if k != "seed"})
+            if run_seconds(row) is not None]
+    local = [run_seconds(row) for row in rows if cpu_of(row.get("machine")) == here]
+    if local:
+        return statistics.median(local)
+    elsewhere = [run_seconds(row) for row in rows]
+    if not elsewhere:
+        return None
+    return statistics.median(elsewhere) * (speed_factor(results, here) if factor is None else factor)
+
+
+def run_seconds(row: dict) -> float | None:
+    """A finished row's training + scoring seconds; None where its training clock is missing (0: a row scored by a
+    later process that did not know the training time) or a cell is not a number."""
+    try:
+        trained, scored = float(row.get("train_seconds") or 0), float(row.get("eval_seconds") or 0)
+    except ValueError:  # a table without these columns, or a cell that is not a number
+        return None
+    return trained + scored if trained > 0 else None
+
+
+def cpu_of(ran_on: str | None) -> str:
+    """The device part of a row's machine column ("AMD EPYC; 1 thread; torch 2.13..." -> "AMD EPYC"); "" for rows
+    that predate the column."""
+    return (ran_on or "").split(";", 1)[0].strip()
+
+
+def speed_factor(results: ResultTable, here: str) -> float:
+    """How much longer a run takes on `here` than on the other machines the table's rows ran on: the median, over
+    the finished rows that ran here, of each row's seconds over the median of its setting's rows from elsewhere
+    (other seeds on another CPU, or rows that predate the machine column); 1 where no setting has both."""
+    key_columns = [c for c in results.key if c != "seed"]
+    ratios = []
+    for row in finished(results.rows):
+        mine = run_seconds(row)
+        if cpu_of(row.get("machine")) != here or mine is None:
             continue
-        if trained > 0:  # 0: a row scored by a later process that did not know the training time
-            seconds.append(trained + scored)
-    return statistics.median(seconds) if seconds else None
+        setting = {c: row[c] for c in key_columns}
+        theirs = [run_seconds(other) for other in finished(results.rows, **setting)
+                  if cpu_of(other.get("machine")) != here and run_seconds(other) is not None]
+        if theirs:
+            ratios.append(mine / statistics.median(theirs))
+    return statistics.median(ratios) if ratios else 1.0
 
 
 # --- one run -------------------------------------------------------------------------------------------------------
