@@ -215,6 +215,8 @@ NAMED = [
     ("compare --status --out {tmp}/cmp --data {tmp}", "--data / --heldout: a folder, not a file"),  # "no such file"
     ("compare --status --out {tmp}/cmp --stop-after nan", "--stop-after"),  # NaN minutes: it never stopped
     ("compare --status --out {tmp}/cmp --stop-after -1", "--stop-after"),
+    ("compare --status --out {tmp}/cmp --finish-within nan", "--finish-within"),
+    ("reproduce drt --status --out {tmp}/study --finish-within -3", "--finish-within"),
 ]
 # The lm-eval adapter checks its options once the eval extra is importable; without it every lm-eval call is the
 # one line naming the extra (CASES above), so these run where CI installs the extra.

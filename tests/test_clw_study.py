@@ -220,6 +220,31 @@ def test_stop_after_zero_starts_no_run_and_the_command_line_accepts_it(tmp_path,
     assert called["stop_after"] == 0
 
 
+def test_finish_within_skips_a_run_that_would_outlast_the_booking_for_a_shorter_one(tmp_path, monkeypatch):
+    """--stop-after 150 started a 100-minute run at minute 149: the run was lost at the end of the machine's
+    booking. --finish-within starts only runs --status expects to end in time, and still starts a shorter one."""
+    table = clw_study.results_table(tmp_path)
+    for row, seconds in (("workspace", "3000.0"), ("anchored_loop", "600.0")):  # 50 and 10 minutes, seed 23
+        table.add({"corpus": "enwik8", "row": row, "arch": row, "seed": 23, "train_seconds": seconds, "status": "ok"})
+    plan = engine.plan_keys(engine.get_study("clw"), "cpu", {"seed": (11,), "corpus": ("enwik8",),
+                                                             "row": ("workspace", "anchored_loop", "plain")})
+    monkeypatch.setattr(engine.time, "monotonic", lambda: 1000.0)  # no time passes: 30 minutes left throughout
+    messages = []
+    started = list(engine.pending_runs(plan, table, finish_within=30, log=messages.append))
+    assert [k["row"] for k in started] == ["anchored_loop", "plain"]  # plain has no estimate: it starts
+    assert messages == ["skipping enwik8 / 11 / workspace: expected ~50 min, 30 left of --finish-within 30"]
+    assert list(engine.pending_runs(plan, table, finish_within=0, log=messages.append)) == []
+    assert messages[-1] == "stopping: --finish-within 0 minutes reached, 3 run(s) left to do"
+
+    from looped.cli import main
+
+    called = {}
+    monkeypatch.setattr(engine, "run_study", lambda spec, out, runs, **options: called.update(options))
+    (tmp_path / "table.md").write_text("the table\n")
+    assert main(["reproduce", "clw", "--out", str(tmp_path), "--finish-within", "140", "--no-progress"]) == 0
+    assert called["finish_within"] == 140 and called["stop_after"] is None
+
+
 def test_two_processes_share_a_study_without_losing_rows_or_training_a_run_twice(tmp_path):
     """Two `looped reproduce` processes on one results folder: each ResultTable is loaded before the other
     writes, yet neither drops the other's rows, and a run one of them has claimed is skipped by the other

@@ -98,7 +98,8 @@ def cmd_compare(args) -> int:
     check_data(options.data, args.strict)
     plan = load_or_make_plan(out, options, log)
     log(describe_plan(plan))
-    run_compare(out, runs, plan, progress=not args.no_progress, stop_after=args.stop_after, log=log)
+    run_compare(out, runs, plan, progress=not args.no_progress, stop_after=args.stop_after,
+                finish_within=args.finish_within, log=log)
     lines = write_report(out, plan)
     failed = [r for r in read_csv(out / "results.csv") if r.get("status", "ok") != "ok"]
     print(f"table: {out / 'table.md'} (plots: curves.png, depth.png, pareto.png)")
@@ -158,6 +159,8 @@ def add_commands(sub) -> None:
     p.add_argument("--runs", help="run folders (default runs/<results folder name>)")
     p.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
                    help="start no new run after this many minutes (0: start none)")
+    p.add_argument("--finish-within", type=stop_after_minutes, metavar="MINUTES",
+                   help="start only runs expected (as --status estimates them) to end within this many minutes")
     p.add_argument("--status", action="store_true", help="list the runs as done / failed / to do; trains nothing")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_compare)

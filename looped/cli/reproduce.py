@@ -3,7 +3,8 @@
     looped reproduce clw --scale cpu [--corpora ...] [--seeds ...] [--rows ...] [--budget small|medium]
     looped reproduce drt --scale cpu [--tasks ...] [--archs ...] [--alphas ...] [--shortcuts-only]
     looped reproduce rlt --scale cpu [--tasks ...] [--seeds ...] [--rows ...]
-    looped reproduce <study> ... --status | --report | --write-recipes | --stop-after MINUTES | --set KEY=VALUE
+    looped reproduce <study> ... --status | --report | --write-recipes | --stop-after MINUTES | --finish-within MINUTES
+                             | --set KEY=VALUE
     looped reproduce <study> ... --retrain-owed   # finished runs owing a backfill whose folders are gone
     looped reproduce <study> ... --retrain-owed --replace-differing   # a retrain that differs becomes the row
     looped reproduce <study> ... --merge-from OTHER/results/<study>_<scale> [...]   # runs other folders finished
@@ -50,6 +51,9 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
     parser.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
                         help="start no new run after this many minutes (the run in progress finishes; 0: start "
                              "none)")
+    parser.add_argument("--finish-within", type=stop_after_minutes, metavar="MINUTES",
+                        help="start only runs expected (as --status estimates them: a median, so leave a margin) to "
+                             "end within this many minutes; a longer one is skipped for a shorter one later")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
     for axis in spec.axes:
@@ -111,11 +115,12 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
         from ..experiments.retrain import retrain_study
 
         retrain_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
-                      progress=not args.no_progress, stop_after=args.stop_after,
+                      progress=not args.no_progress, stop_after=args.stop_after, finish_within=args.finish_within,
                       replace_differing=args.replace_differing, **flags)
         print((out / "table.md").read_text())
         return 0
     engine.run_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
-                     progress=not args.no_progress, stop_after=args.stop_after, **flags)
+                     progress=not args.no_progress, stop_after=args.stop_after, finish_within=args.finish_within,
+                     **flags)
     print((out / "table.md").read_text())
     return 0

@@ -108,10 +108,11 @@ class CompareStudy:
 
 
 def run_compare(out: Path, runs: Path, plan: dict, *, progress: bool = True, stop_after: float | None = None,
-                log=print) -> ResultTable:
+                finish_within: float | None = None, log=print) -> ResultTable:
     """Train, score and report every run of the plan not yet in OUT/results.csv (module docstring)."""
     study = CompareStudy(out, runs, plan, log)
-    return execute(study, study.plan_runs(), progress=progress, stop_after=stop_after, log=log)
+    return execute(study, study.plan_runs(), progress=progress, stop_after=stop_after, finish_within=finish_within,
+                   log=log)
 
 
 def record_curve(table: ResultTable, key: dict, folder: Path, update_flops: float) -> list[dict]:

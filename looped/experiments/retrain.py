@@ -22,7 +22,6 @@ replaced the same way without training again.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +101,8 @@ def retrains_note(study: engine.Study, name: str) -> list[str]:
 
 def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu",
                   select: Mapping | None = None, overrides: dict | None = None, progress: bool = True,
-                  stop_after: float | None = None, replace_differing: bool = False, log=print,
-                  **options) -> list[dict]:
+                  stop_after: float | None = None, finish_within: float | None = None,
+                  replace_differing: bool = False, log=print, **options) -> list[dict]:
     """Retrain, check and backfill the owed runs of a study's plan, then rewrite its report; the keys retrained
     (or replaced). Refused (ValueError) when --set differs from the settings the rows were trained with: a
     retrain must run the row's own config."""
@@ -111,16 +110,16 @@ def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale:
     study = engine.build(spec, out, runs, scale=scale, overrides=overrides, **options)
     check_same_settings(study.results, overrides_text(overrides))
     plan = engine.runnable(study, engine.plan_keys(spec, scale, select), log)
-    done = retrain_owed(study, plan, progress=progress, stop_after=stop_after, replace_differing=replace_differing,
-                        log=log)
+    done = retrain_owed(study, plan, progress=progress, stop_after=stop_after, finish_within=finish_within,
+                        replace_differing=replace_differing, log=log)
     engine.write_report(spec, study, scale)
     return done
 
 
 def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True, stop_after: float | None = None,
-                 replace_differing: bool = False, log=print) -> list[dict]:
+                 finish_within: float | None = None, replace_differing: bool = False, log=print) -> list[dict]:
     """Each owed run of `plan` (engine.owed_retrains) in plan order, claimed so two processes never retrain the
-    same run; no new retrain starts once `stop_after` minutes have passed (0: none starts). With
+    same run, as far as the booking allows (engine.Booking: --stop-after, --finish-within). With
     `replace_differing`, also the runs retrained earlier that did not reproduce their row (they replace it). The
     keys retrained."""
     def wanted(key: dict) -> bool:  # asked again under the claim: another process may have done it meanwhile
@@ -132,12 +131,14 @@ def retrain_owed(study: engine.Study, plan: list[dict], *, progress: bool = True
             "(no `reproduces`): nothing retrained")
         return []
     record_earlier_retrains(study, plan, log)
-    deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
-    done = []
+    booking, done = engine.Booking(stop_after, finish_within), []
     for i, key in enumerate(owed):
-        if deadline is not None and time.monotonic() >= deadline:
-            log(f"stopping: --stop-after {stop_after:g} minutes reached, {len(owed) - i} owed run(s) left to retrain")
+        if (reason := booking.closed()) is not None:
+            log(f"stopping: {reason}, {len(owed) - i} owed run(s) left to retrain")
             break
+        if (reason := booking.overruns(study.results, key)) is not None:
+            log(f"skipping the retrain of {run_label(key)}: {reason}")
+            continue
         with exclusive_lock(engine.claim_path(study.results, key, "retrain"), wait=False) as mine:
             if not mine:
                 log(f"skipping {run_label(key)}: another process is retraining it")

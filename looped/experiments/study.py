@@ -308,20 +308,54 @@ def runnable(study: Study, keys: list[dict], log) -> list[dict]:
     return kept
 
 
-def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None, log=print):
-    """The planned runs not yet in `results`, in plan order. Once `stop_after` minutes have passed no new
-    run starts (the one in progress finishes), so a study fits a machine booking without losing a run
-    half-way. Each run is claimed (a lock held until the caller asks for the next one): a run another process
-    has claimed is skipped, not trained twice."""
-    deadline = None if stop_after is None else time.monotonic() + 60 * stop_after
+class Booking:
+    """When a study may start its next run, for a machine booked for a while: none once `stop_after` minutes have
+    passed (the run in progress finishes); with `finish_within`, only a run expected (`expected_seconds`, as
+    --status estimates it) to end within that many minutes of the start: a longer one is skipped, and a shorter
+    one later in the plan may still start. A run with no estimate starts while time is left."""
+
+    def __init__(self, stop_after: float | None = None, finish_within: float | None = None):
+        self.stop_after, self.finish_within = stop_after, finish_within
+        self.started = time.monotonic()
+
+    def closed(self) -> str | None:
+        """Why no run may start any more (None: runs may start)."""
+        if self.stop_after is None and self.finish_within is None:
+            return None
+        elapsed = time.monotonic() - self.started
+        for option, minutes in (("--stop-after", self.stop_after), ("--finish-within", self.finish_within)):
+            if minutes is not None and elapsed >= 60 * minutes:  # >=: 0 starts nothing
+                return f"{option} {minutes:g} minutes reached"
+        return None
+
+    def overruns(self, results: ResultTable, key: dict) -> str | None:
+        """Why the run of `key` would end after --finish-within (None: it fits, or no limit or estimate)."""
+        if self.finish_within is None or (expected := expected_seconds(results, key)) is None:
+            return None
+        left = self.started + 60 * self.finish_within - time.monotonic()
+        if expected <= left:
+            return None
+        return f"expected ~{expected / 60:.0f} min, {left / 60:.0f} left of --finish-within {self.finish_within:g}"
+
+
+def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
+                 finish_within: float | None = None, log=print):
+    """The planned runs not yet in `results`, in plan order, as far as the machine's booking allows (`Booking`:
+    --stop-after, --finish-within), so a study fits a booking without losing a run half-way. Each run is
+    claimed (a lock held until the caller asks for the next one): a run another process has claimed is skipped,
+    not trained twice."""
+    booking = Booking(stop_after, finish_within)
     for key in plan:
         if results.has(**key):
             continue
-        if deadline is not None and time.monotonic() >= deadline:  # >=: --stop-after 0 starts nothing
+        if (reason := booking.closed()) is not None:
             results.reload()
             left = sum(not results.has(**k) for k in plan)
-            log(f"stopping: --stop-after {stop_after:g} minutes reached, {left} run(s) left to do")
+            log(f"stopping: {reason}, {left} run(s) left to do")
             return
+        if (reason := booking.overruns(results, key)) is not None:
+            log(f"skipping {run_label(key)}: {reason}")
+            continue
         with exclusive_lock(claim_path(results, key), wait=False) as mine:
             if not mine:
                 log(f"skipping {run_label(key)}: another process is running it")
@@ -559,14 +593,15 @@ def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", 
 
 
 def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
-              overrides: dict | None = None, progress: bool = True, stop_after: float | None = None, log=print,
-              **options) -> ResultTable:
+              overrides: dict | None = None, progress: bool = True, stop_after: float | None = None,
+              finish_within: float | None = None, log=print, **options) -> ResultTable:
     """Train, evaluate and report every planned run of a registered study not yet in its results."""
     spec = get_study(spec) if isinstance(spec, str) else spec
     study = build(spec, out, runs, scale=scale, overrides=overrides, **options)
     plan = runnable(study, plan_keys(spec, scale, select), log)
-    return execute(study, plan, overrides=overrides, progress=progress, stop_after=stop_after, log=log,
-                   title=f"{spec.name} {scale}", report=lambda: write_report(spec, study, scale))
+    return execute(study, plan, overrides=overrides, progress=progress, stop_after=stop_after,
+                   finish_within=finish_within, log=log, title=f"{spec.name} {scale}",
+                   report=lambda: write_report(spec, study, scale))
 
 
 def write_report(spec: StudySpec, study: Study, scale: str = "cpu") -> None:
@@ -577,7 +612,7 @@ def write_report(spec: StudySpec, study: Study, scale: str = "cpu") -> None:
 
 
 def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, progress: bool = True,
-            stop_after: float | None = None, log=print, title: str = "",
+            stop_after: float | None = None, finish_within: float | None = None, log=print, title: str = "",
             report: Callable[[], None] | None = None) -> ResultTable:
     """Train, evaluate and report every run of `plan` not yet in `study.results`, rewriting the report after
     each (also used by `looped compare`, whose plan comes from its options, not from a spec). Rows record the
@@ -587,7 +622,8 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
     study.results.stamp = {OVERRIDES: settings}
     backfill(study, log)
     study.prepare(plan, log)
-    for key in pending_runs(plan, study.results, stop_after=stop_after, log=log) if study.trains else ():
+    pending = pending_runs(plan, study.results, stop_after=stop_after, finish_within=finish_within, log=log)
+    for key in pending if study.trains else ():
         check_same_settings(study.results, settings)
         log(f"== {study.label(key) if hasattr(study, 'label') else f'{title}: {run_label(key)}'}")
         config, folder = study.config(key), study.folder(key)
@@ -613,8 +649,8 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
     return written
 
 
-__all__ = ["DIFFERS", "REPLACED", "REPRODUCES", "RETRAINED", "RETRAINING", "Axis", "Backfill", "Flag", "RunSummary", "Study",
-           "StudyBase", "StudySpec", "backfill", "backfill_checkpoint", "build", "claim_path", "execute", "get_study",
-           "grouped_plan", "owed_retrains", "parse_select", "pending_runs", "plan_keys", "register_study",
-           "retrain_status", "retrain_verdict", "run_study", "status", "status_report", "study_names",
-           "unit_interval", "write_recipes", "write_report"]
+__all__ = ["DIFFERS", "REPLACED", "REPRODUCES", "RETRAINED", "RETRAINING", "Axis", "Backfill", "Booking", "Flag",
+           "RunSummary", "Study", "StudyBase", "StudySpec", "backfill", "backfill_checkpoint", "build", "claim_path",
+           "execute", "get_study", "grouped_plan", "owed_retrains", "parse_select", "pending_runs", "plan_keys",
+           "register_study", "retrain_status", "retrain_verdict", "run_study", "status", "status_report",
+           "study_names", "unit_interval", "write_recipes", "write_report"]
