@@ -137,19 +137,20 @@ def test_status_says_how_long_each_run_to_do_and_the_rest_will_take(tmp_path):
 def test_status_scales_times_measured_on_another_cpu_by_this_machines_measured_speed(tmp_path):
     """A study moved to a slower machine: --status promised 29 minutes for a run that took 52, its setting's only
     finished seed having run on the old CPU; a run's own setting measured here wins over any scaled figure."""
+    from looped.experiments import schedule
     from looped.experiments.results import machine
     here, table = machine(), clw_study.results_table(tmp_path)
     cells = lambda row, seed, seconds, ran_on: {"corpus": "enwik8", "row": row, "arch": row, "seed": seed,  # noqa: E731
                                                 "train_seconds": seconds, "status": "ok", "machine": ran_on}
     table.add_many([cells("plain", 1, "600.0", "Old CPU; 1 thread"), cells("plain", 2, "600.0", ""),
                     cells("plain", 3, "900.0", here), cells("workspace", 1, "1000.0", "Old CPU; 2 threads")])
-    assert engine.speed_factor(table, engine.cpu_of(here)) == 1.5  # 900 s here against 600 s elsewhere
+    assert schedule.speed_factor(table, schedule.cpu_of(here)) == 1.5  # 900 s here against 600 s elsewhere
     plan = [{"corpus": "enwik8", "row": "plain", "seed": 4}, {"corpus": "enwik8", "row": "workspace", "seed": 4}]
     text = engine.status_report(table, plan, "clw cpu")
     assert "  to do  enwik8 / plain / 4  (~15 min)" in text, text  # measured here: 900 s, not scaled
     assert "  to do  enwik8 / workspace / 4  (~25 min)" in text, text  # 1000 s on the old CPU x 1.5
     assert "x 1.50" in text
-    assert engine.expected_seconds(table, plan[1], here="Old CPU") == 1000.0  # measured there: as it was
+    assert schedule.expected_seconds(table, plan[1], here="Old CPU") == 1000.0  # measured there: as it was
 
 
 def test_status_marks_a_run_another_process_holds_as_running_with_its_last_logged_update(tmp_path):

@@ -83,7 +83,7 @@ def cmd_compare(args) -> int:
     from ..experiments.compare_plan import load_or_make_plan
     from ..experiments.compare_report import read_csv, write_report
     from ..experiments.results import study_folders
-    from ..experiments.study import status_report
+    from ..experiments.schedule import status_report
 
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731  (stdout keeps the verdicts)
     options = options_from(args)

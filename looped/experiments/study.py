@@ -9,8 +9,8 @@ The `Study` it builds knows one run: its config, its folder, how to score it, an
 The engine owns the rest: planning (the product of the axes, filtered by the spec), claiming each run
 (several processes may share a study), training or resuming it, recording a failure as a row, one `RunSummary`
 per run, scoring finished runs again for a score the study added later (`Backfill`; a run whose folder is gone
-is trained again and checked against its row first: experiments/retrain.py), `--status`, `--stop-after`, the
-recipe writer, and the `looped reproduce` options (looped.cli builds them from the axes;
+is trained again and checked against its row first: experiments/retrain.py), `--status` and the machine's booking
+(`--stop-after`, `--finish-within`: experiments/schedule.py), the recipe writer, and the `looped reproduce` options (looped.cli builds them from the axes;
 nothing under experiments/ parses arguments).
 
     @register_study
@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
-import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,9 +45,9 @@ from ..train.trainer import TrainingInterrupted
 from .backfills import (DIFFERS, REPLACED, REPRODUCES, RETRAINED, RETRAINING, Backfill, backfill, backfill_checkpoint,
                         claim_path, owed_retrains, retrain_status, retrain_verdict)
 from .claims import ClaimSet
-from .report import cell, finished
-from .results import (OVERRIDES, ResultTable, check_same_settings, exclusive_lock, machine, overrides_text,
-                      run_label)
+from .report import cell
+from .results import OVERRIDES, ResultTable, check_same_settings, overrides_text, run_label
+from .schedule import Booking, pending_runs, status_report
 
 if TYPE_CHECKING:
     from .recipes import Recipe
@@ -306,173 +305,6 @@ def runnable(study: Study, keys: list[dict], log) -> list[dict]:
     if first_error is not None and not kept:
         raise ConfigError(f"no planned run can be built: {first_error}")
     return kept
-
-
-class Booking:
-    """When a study may start its next run, for a machine booked for a while: none once `stop_after` minutes have
-    passed (the run in progress finishes); with `finish_within`, only a run expected (`expected_seconds`, as
-    --status estimates it) to end within that many minutes of the start: a longer one is skipped, and a shorter
-    one later in the plan may still start. A run with no estimate starts while time is left."""
-
-    def __init__(self, stop_after: float | None = None, finish_within: float | None = None):
-        self.stop_after, self.finish_within = stop_after, finish_within
-        self.started = time.monotonic()
-
-    def closed(self) -> str | None:
-        """Why no run may start any more (None: runs may start)."""
-        if self.stop_after is None and self.finish_within is None:
-            return None
-        elapsed = time.monotonic() - self.started
-        for option, minutes in (("--stop-after", self.stop_after), ("--finish-within", self.finish_within)):
-            if minutes is not None and elapsed >= 60 * minutes:  # >=: 0 starts nothing
-                return f"{option} {minutes:g} minutes reached"
-        return None
-
-    def overruns(self, results: ResultTable, key: dict) -> str | None:
-        """Why the run of `key` would end after --finish-within (None: it fits, or no limit or estimate)."""
-        if self.finish_within is None or (expected := expected_seconds(results, key)) is None:
-            return None
-        left = self.started + 60 * self.finish_within - time.monotonic()
-        if expected <= left:
-            return None
-        return f"expected ~{expected / 60:.0f} min, {left / 60:.0f} left of --finish-within {self.finish_within:g}"
-
-
-def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
-                 finish_within: float | None = None, log=print):
-    """The planned runs not yet in `results`, in plan order, as far as the machine's booking allows (`Booking`:
-    --stop-after, --finish-within), so a study fits a booking without losing a run half-way. Each run is
-    claimed (a lock held until the caller asks for the next one): a run another process has claimed is skipped,
-    not trained twice."""
-    booking = Booking(stop_after, finish_within)
-    for key in plan:
-        if results.has(**key):
-            continue
-        if (reason := booking.closed()) is not None:
-            results.reload()
-            left = sum(not results.has(**k) for k in plan)
-            log(f"stopping: {reason}, {left} run(s) left to do")
-            return
-        if (reason := booking.overruns(results, key)) is not None:
-            log(f"skipping {run_label(key)}: {reason}")
-            continue
-        with exclusive_lock(claim_path(results, key), wait=False) as mine:
-            if not mine:
-                log(f"skipping {run_label(key)}: another process is running it")
-                continue
-            results.reload()  # finished by another process while this one worked on earlier runs?
-            if results.has(**key):
-                continue
-            yield key
-
-
-def status_report(results: ResultTable, plan: list[dict], title: str,
-                  folder: Callable[[dict], Path] | None = None) -> str:
-    """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
-    order the study would run them (a run to do with its expected minutes, `expected_seconds`), the counts, and
-    the training time left. A run to do that another process has claimed is marked running, with the last
-    update its folder (`folder(key)`) has logged."""
-    lines, counts, expected, busy = [], {"done": 0, "failed": 0, "to do": 0}, [], 0
-    here = cpu_of(machine())
-    factor = speed_factor(results, here)
-    for key in plan:
-        match = results.find(**key)
-        status = match.get("status", "ok") if match else ""
-        state = "to do" if match is None else ("done" if status == "ok" else "failed")
-        counts[state] += 1
-        notes = [status] if state == "failed" else []
-        if state == "to do" and running(results, key):
-            busy += 1
-            logged = last_update(folder(key)) if folder is not None else None
-            notes.append("running now" + (f": update {logged} logged" if logged else ""))
-        if state == "to do" and (seconds := expected_seconds(results, key, here, factor)) is not None:
-            expected.append(seconds)
-            notes.append(f"~{seconds / 60:.0f} min")
-        lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({'; '.join(notes)})" if notes else ""))
-    head = (f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do"
-            + (f" ({busy} running now)" if busy else "") + f" ({results.path})")
-    if expected:
-        unknown = counts["to do"] - len(expected)
-        lines.append(f"left: ~{sum(expected) / 3600:.1f} h of training and scoring, one run after another, at the "
-                     "median wall time of the finished runs that differ only by seed"
-                     + (f" (those that ran on another CPU x {factor:.2f}, this {here or 'machine'}'s measured speed "
-                        "against theirs)" if factor != 1.0 else "")
-                     + (f" ({unknown} run(s) have none: not counted)" if unknown else ""))
-    return "\n".join([head, *lines]) + "\n"
-
-
-def running(results: ResultTable, key: dict) -> bool:
-    """Another process holds the run's claim: it is training or scoring it now (a claim never taken has no file,
-    and --status creates none)."""
-    path = claim_path(results, key)
-    if not path.exists():
-        return False
-    with exclusive_lock(path, wait=False) as mine:
-        return not mine
-
-
-def last_update(folder: Path) -> int | None:
-    """The last update a run folder's metrics.jsonl has logged (None: nothing logged yet)."""
-    try:
-        events = read_metrics(Path(folder) / "metrics.jsonl")
-    except (OSError, ValueError):  # not started, or a file being written: no number rather than an error
-        return None
-    return next((int(e["step"]) for e in reversed(events) if "step" in e), None)
-
-
-def expected_seconds(results: ResultTable, key: dict, here: str | None = None,
-                     factor: float | None = None) -> float | None:
-    """The median training + scoring seconds of the finished rows of `key`'s setting with another seed (the rows'
-    train_seconds and eval_seconds); None without such a row (or a key without a seed). Rows that ran on this
-    machine's CPU (`here`, default this process's) count alone where there are any; rows from another CPU are
-    scaled by `factor` (default `speed_factor`: a study moved to a slower machine took ~1.6x the minutes its old
-    rows said)."""
-    if "seed" not in key:
-        return None
-    here = cpu_of(machine()) if here is None else here
-    rows = [row for row in finished(results.rows, **{k: v for k, v in key.items() if k != "seed"})
-            if run_seconds(row) is not None]
-    local = [run_seconds(row) for row in rows if cpu_of(row.get("machine")) == here]
-    if local:
-        return statistics.median(local)
-    elsewhere = [run_seconds(row) for row in rows]
-    if not elsewhere:
-        return None
-    return statistics.median(elsewhere) * (speed_factor(results, here) if factor is None else factor)
-
-
-def run_seconds(row: dict) -> float | None:
-    """A finished row's training + scoring seconds; None where its training clock is missing (0: a row scored by a
-    later process that did not know the training time) or a cell is not a number."""
-    try:
-        trained, scored = float(row.get("train_seconds") or 0), float(row.get("eval_seconds") or 0)
-    except ValueError:  # a table without these columns, or a cell that is not a number
-        return None
-    return trained + scored if trained > 0 else None
-
-
-def cpu_of(ran_on: str | None) -> str:
-    """The device part of a row's machine column ("AMD EPYC; 1 thread; torch 2.13..." -> "AMD EPYC"); "" for rows
-    that predate the column."""
-    return (ran_on or "").split(";", 1)[0].strip()
-
-
-def speed_factor(results: ResultTable, here: str) -> float:
-    """How much longer a run takes on `here` than on the other machines the table's rows ran on: the median, over
-    the finished rows that ran here, of each row's seconds over the median of its setting's rows from elsewhere
-    (other seeds on another CPU, or rows that predate the machine column); 1 where no setting has both."""
-    key_columns = [c for c in results.key if c != "seed"]
-    ratios = []
-    for row in finished(results.rows):
-        mine = run_seconds(row)
-        if cpu_of(row.get("machine")) != here or mine is None:
-            continue
-        setting = {c: row[c] for c in key_columns}
-        theirs = [run_seconds(other) for other in finished(results.rows, **setting)
-                  if cpu_of(other.get("machine")) != here and run_seconds(other) is not None]
-        if theirs:
-            ratios.append(mine / statistics.median(theirs))
-    return statistics.median(ratios) if ratios else 1.0
 
 
 # --- one run -------------------------------------------------------------------------------------------------------
