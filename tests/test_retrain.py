@@ -96,6 +96,22 @@ def test_a_run_whose_folder_is_gone_is_retrained_checked_and_backfilled(toy):
     assert toy.retrain() == [] and not any("retrain" in m for m in toy.log), "a reproduced run was retrained again"
 
 
+def test_the_retrain_record_is_written_only_after_every_score_it_owed(toy, monkeypatch):
+    """--merge-from takes a retrained run for its retrains.csv record: written before the scores, a merge between
+    the two took the run with its by-position rows but no early-exit rows, and every later merge called it
+    "already here" (enwik8 workspace_retention seed 11 lost its early-exit sweep that way)."""
+    real, seen = engine.backfill, []
+
+    def backfill(study, log, keys=None):
+        seen.append(retrain.retrains_table(study).find(**toy.key))
+        return real(study, log, keys)
+
+    monkeypatch.setattr(engine, "backfill", backfill)
+    assert toy.retrain() == [toy.key]
+    assert seen and all(record is None for record in seen), "the record came before the scores"
+    assert retrain.retrains_table(toy.build()).find(**toy.key)["verdict"] == engine.REPRODUCES
+
+
 def test_a_retrain_off_its_row_is_not_backfilled_and_the_log_says_why(toy, monkeypatch):
     real = clw_study.heldout_scorer
 

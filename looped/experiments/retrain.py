@@ -188,10 +188,12 @@ def retrain_one(study: engine.Study, key: dict, progress: bool, log, replace_dif
         return
     atomic_write_text(verdict, f"{engine.REPRODUCES} its results.csv row ({check.figure} {check.retrained:.6f}, "
                                f"row {check.committed:.6f})\n")
-    record(study, key, check, engine.REPRODUCES)
     log(f"retrained {run_label(key)} reproduces its row ({check.figure} {check.retrained:.6f} vs "
         f"{check.committed:.6f})")
     engine.backfill(study, log, [key])
+    # recorded last: --merge-from takes a retrained run for its record, so a record before the scores let a merge
+    # take the run half-scored and call it "already here" ever after (CLW early exit rows were lost that way)
+    record(study, key, check, engine.REPRODUCES)
 
 
 def replace_row(study: engine.Study, key: dict, config, run: engine.RunSummary, check: Reproduction, log) -> None:
@@ -202,9 +204,9 @@ def replace_row(study: engine.Study, key: dict, config, run: engine.RunSummary, 
     study.results.stamp = {OVERRIDES: study.results.find(**key).get(OVERRIDES, "")}
     engine.score_run(study, key, config, run, log)
     atomic_write_text(study.folder(key) / engine.RETRAINED, f"{engine.REPLACED}: {check.reason}\n")
-    record(study, key, check, engine.REPLACED)
     log(f"retrained {run_label(key)} replaces its row: {check.reason}")
     engine.backfill(study, log, [key])
+    record(study, key, check, engine.REPLACED)  # last, as for a run that reproduces (retrain_one)
 
 
 def record_earlier_retrains(study: engine.Study, plan: list[dict], log) -> None:
