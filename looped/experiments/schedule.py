@@ -175,11 +175,12 @@ def speed_factor(results: ResultTable, here: str) -> float:
         if cpu_of(row.get("machine")) != here or mine is None:
             continue
         setting = {c: row[c] for c in key_columns}
-        theirs = [run_seconds(other) for other in finished(results.rows, **setting)
-                  if cpu_of(other.get("machine")) != here and run_seconds(other) is not None]
+        theirs = [seconds for other in finished(results.rows, **setting)
+                  if cpu_of(other.get("machine")) != here and (seconds := run_seconds(other)) is not None]
         if theirs:
             ratios.append(mine / statistics.median(theirs))
     return statistics.median(ratios) if ratios else 1.0
 
 
-__all__ = ["Booking", "cpu_of", "expected_seconds", "last_update", "pending_runs", "run_seconds", "running", "speed_factor", "status_report"]
+__all__ = ["Booking", "cpu_of", "expected_seconds", "last_update", "pending_runs", "run_seconds", "running",
+           "speed_factor", "status_report"]

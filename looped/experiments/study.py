@@ -10,8 +10,8 @@ The engine owns the rest: planning (the product of the axes, filtered by the spe
 (several processes may share a study), training or resuming it, recording a failure as a row, one `RunSummary`
 per run, scoring finished runs again for a score the study added later (`Backfill`; a run whose folder is gone
 is trained again and checked against its row first: experiments/retrain.py), `--status` and the machine's booking
-(`--stop-after`, `--finish-within`: experiments/schedule.py), the recipe writer, and the `looped reproduce` options (looped.cli builds them from the axes;
-nothing under experiments/ parses arguments).
+(`--stop-after`, `--finish-within`: experiments/schedule.py), the recipe writer, and the `looped reproduce`
+options (looped.cli builds them from the axes; nothing under experiments/ parses arguments).
 
     @register_study
     def my_paper() -> StudySpec: ...                 # or register_study(StudySpec(...)) at import
