@@ -117,3 +117,23 @@ def test_a_length_panel_keeps_its_legend_off_the_data_and_inside_the_figure(tmp_
     legend, axes, figure = kept["legend"], kept["axes"], kept["figure"]
     assert legend.x0 >= axes.x1  # beside the plotting area, over none of its points
     assert figure.x0 <= legend.x0 and legend.x1 <= figure.x1 and figure.y0 <= legend.y0 <= legend.y1 <= figure.y1
+
+
+XEON, EPYC = "Intel(R) Xeon(R) Processor; 1 thread; torch 2.13.0+cpu", "AMD EPYC; 1 thread; torch 2.13.0+cpu"
+TIMED = [{"task": "graph", "seed": "42", "train_seconds": "1800", "machine": XEON, "status": "ok"},
+         {"task": "graph", "seed": "43", "train_seconds": "2400", "machine": XEON, "status": "ok"},
+         {"task": "graph", "seed": "44", "train_seconds": "5100", "machine": EPYC, "status": "ok"},
+         {"task": "logic", "seed": "42", "train_seconds": "1500", "machine": "", "status": "ok"}]
+
+
+def test_minutes_per_run_gives_one_median_per_cpu_not_one_across_machines_of_different_speed():
+    # one median over all three graph runs (40 min) would describe neither machine
+    cells = [render.minutes_per_run().cell(g) for g in groups(TIMED, ("task",))]
+    assert cells == ["85.0 EPYC · 35.0 Xeon", "25.0"]
+
+
+def test_a_recipe_over_the_run_budget_on_some_cpu_is_named_under_its_table_and_none_otherwise():
+    (note,) = [line for line in render.over_budget(groups(TIMED, ("task",)), why="Why.") if line]
+    assert "graph: 85 min on EPYC (n=1)" in note and "Xeon" not in note and "logic" not in note
+    assert note.endswith("Why.")
+    assert render.over_budget(groups(TIMED, ("task",), task="logic")) == []

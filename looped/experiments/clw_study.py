@@ -21,8 +21,8 @@ from .figures import Dots, Figure, Lines, curve_figures, reference_line, trainin
 from .lm_scores import heldout_scorer, position_rows, score_cells, sweep_rows
 from .recipes import Recipe
 from .render import (Column, at_cost, fewest, groups, heading, ints, key, labelled_tables, markdown, matching, mean,
-                     mean_of, minutes_per_run, parameters, part, relative_changes, section, shows_beyond, spread_of,
-                     table, write_table)
+                     mean_of, minutes_per_run, over_budget, parameters, part, relative_changes, section, shows_beyond,
+                     spread_of, table, write_table)
 from .report import cell, figure, finished
 from .results import ResultTable, study_results
 from .retrain import Reproduction, retrains_note
@@ -134,7 +134,8 @@ ROW_COLUMNS = [key("row"), parameters(), minutes_per_run("minutes per run (media
 def table_markdown(results: ResultTable, exits: ResultTable | None = None, positions: ResultTable | None = None,
                    notes: list[str] = ()) -> str:
     lines = [*heading("Seed 000 rows at CPU scale (small budget widths)", results.rows, CAPTION),
-             *table(ROW_COLUMNS, groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
+             *table(ROW_COLUMNS, row_groups := groups(results.rows, ("row",), order=ROW_KEYS, keep_empty=True)),
+             *over_budget(row_groups),
              "", "Relative change in mean PPL against the workspace row (negative = workspace better):", "",
              *relative_changes(results.rows, "ppl", "workspace", ROW_KEYS, "corpus", clw.CORPORA)]
     if exits is not None:

@@ -32,7 +32,7 @@ from .reasoning_scores import (best_accuracy, diagnostic_rows, difficulty_column
                                plot_gates)
 from .recipes import Recipe, parameter_count
 from .render import (RIGHT, Column, Group, bullets, groups, heading, key, left, markdown, minutes_per_run,
-                     noting_failures, parameters, part, percent_of, spread_of, table, write_table)
+                     noting_failures, over_budget, parameters, part, percent_of, spread_of, table, write_table)
 from .report import MISSING, cell, finished, percent, read_interval, spread
 from .study import (Axis, Backfill, Flag, RunSummary, StudyBase, StudySpec, grouped_plan, register_study,
                     unit_interval)
@@ -227,6 +227,7 @@ def table_markdown(results: ResultTable, scale: str, shortcuts: ResultTable | No
              *table(MAIN_COLUMNS, every)]
     if shortcuts is not None:
         lines += drt_shortcuts.main_table_rows(shortcuts, columns=len(MAIN_COLUMNS))
+    lines += over_budget(every)
     sweep = sorted(groups(results.rows, GROUP, task="graph", arch="drt"), key=lambda g: float(g["alpha"]))  # core's
     lines += part("Silent thinking vs intermediate supervision (graph, seed 002 Table 4)", SWEEP_COLUMNS,
                   sweep if len(sweep) > 1 else [], note=SWEEP_NOTE)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_save_figure, atomic_write_text
-from .report import MISSING, average, finished, median_minutes, spread
+from .report import MISSING, average, cpu_name, finished, minutes_by_cpu, spread
 from .results import ResultTable, overrides_note
 
 LEFT, RIGHT = "---", "---:"  # a markdown column's alignment: text left, numbers right
@@ -175,8 +175,36 @@ def inline(lines: Iterable[Group], label: Callable[[Group], str], column: Column
 
 
 def minutes_per_run(header: str = "minutes per run (median)") -> Column:
-    """The median training wall time of the group's runs (issue 27: every table states what a run of it costs)."""
-    return Column(header, lambda g: median_minutes(g.values("train_seconds")))
+    """The median training wall time of the group's runs, one median per CPU where they ran on several
+    (`minutes_by_cpu`; issue 27: every table states what a run of it costs)."""
+    return Column(header, lambda g: minutes_by_cpu(g.runs))
+
+
+RUN_BUDGET_MINUTES = 60.0  # issue 27: a CPU recipe's run should need no more than ~60 min on one thread
+
+
+SAME_RECIPE = ("Kept as they are, so that every seed of a recipe runs the same recipe (the minutes column gives the "
+               "same recipes on the other CPUs); lanes book each run by its --status estimate (--finish-within), so "
+               "a machine that stops loses no run half-way.")
+
+
+def over_budget(lines: Iterable[Group], why: str = SAME_RECIPE, limit: float = RUN_BUDGET_MINUTES,
+                label: Callable[[Group], str] = lambda g: " / ".join(g.key.values())) -> list[str]:
+    """A paragraph after a table: the lines whose runs took longer than `limit` minutes (median per CPU) and
+    `why` they are kept; nothing when every line is within it. A long run is the one a stopped machine loses,
+    so the table says which recipes cost more than the budget, on which CPU."""
+    found = []
+    for group in lines:
+        by_cpu: dict[str, list[float]] = {}
+        for run in group.runs:
+            if (seconds := float(run.get("train_seconds") or 0)) > 0:
+                by_cpu.setdefault(cpu_name(run.get("machine")), []).append(seconds / 60)
+        found += [f"{label(group)}: {statistics.median(m):.0f} min on {cpu or 'unrecorded CPUs'}"
+                  f" (n={len(m)})" for cpu, m in sorted(by_cpu.items()) if statistics.median(m) > limit]
+    if not found:
+        return []
+    return ["", f"Over the ~{limit:.0f}-minute budget of a CPU run (median per CPU, unrecorded ones together): "
+            + "; ".join(found) + f". {why}"]
 
 
 def parameters(header: str = "parameters") -> Column:
@@ -307,5 +335,6 @@ def fit_suptitle(fig, title: str, fontsize: float = 9) -> None:
 
 __all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "fewest", "fit_suptitle", "groups",
            "heading", "inline", "ints", "joined_spread", "key", "labelled_tables", "left", "line", "listed", "markdown",
-           "matching", "mean", "mean_of", "noting_failures", "panels", "parameters", "part", "percent_of",
+           "matching", "mean", "mean_of", "minutes_per_run", "noting_failures", "over_budget", "panels", "parameters",
+           "part", "percent_of",
            "relative_change", "relative_changes", "section", "shows_beyond", "spread_of", "table", "write_table"]

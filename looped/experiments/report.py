@@ -88,6 +88,27 @@ def median_minutes(seconds: Iterable) -> str:
     return f"{statistics.median(minutes):.1f}" if minutes else MISSING
 
 
+def cpu_name(ran_on: str | None) -> str:
+    """A row's machine column as a short CPU name for a table cell: "Intel(R) Xeon(R) Processor; 1 thread; ..." ->
+    "Xeon", "AMD EPYC; ..." -> "EPYC"; "" for rows that predate the column."""
+    device = (ran_on or "").split(";", 1)[0].split("@", 1)[0]
+    words = [w for w in device.replace("(R)", " ").replace("(TM)", " ").split()
+             if w not in ("Intel", "AMD", "Processor", "CPU")]
+    return words[-1] if words else device.strip()
+
+
+def minutes_by_cpu(runs: Iterable[dict]) -> str:
+    """median_minutes of the runs' train_seconds, one median per CPU they ran on where there are several
+    ("29.5 unrecorded · 50.3 EPYC"): the same recipe took 1.7x as long on one of this project's machines as on
+    another, so a median across both describes neither."""
+    by_cpu: dict[str, list] = {}
+    for run in runs:
+        by_cpu.setdefault(cpu_name(run.get("machine")), []).append(run.get("train_seconds", ""))
+    if len(by_cpu) <= 1:
+        return median_minutes(next(iter(by_cpu.values()), []))
+    return " · ".join(f"{median_minutes(seconds)} {name or 'unrecorded'}" for name, seconds in sorted(by_cpu.items()))
+
+
 def interval(values: Iterable[int]) -> str:
     """A range of integers as one cell: '1-8' from its lowest and highest value (trained difficulties ...)."""
     values = list(values)
@@ -118,5 +139,6 @@ def finished(rows: Iterable[dict], **match) -> list[dict]:
             and all(str(r.get(k)) == str(v) for k, v in match.items())]
 
 
-__all__ = ["MISSING", "average", "by_difficulty", "cell", "column", "each", "figure", "finished", "interval",
-           "median_minutes", "paper_figure", "percent", "read_interval", "span", "spread"]
+__all__ = ["MISSING", "average", "by_difficulty", "cell", "column", "cpu_name", "each", "figure", "finished",
+           "interval", "median_minutes", "minutes_by_cpu", "paper_figure", "percent", "read_interval", "span",
+           "spread"]

@@ -23,7 +23,8 @@ from ..train.config import recipe_config
 from . import rlt
 from .recipes import Recipe
 from .render import (Column, bullets, groups, heading, inline, joined_spread, left, listed, markdown, matching,
-                     minutes_per_run, noting_failures, panels, parameters, percent_of, spread_of, table, write_table)
+                     minutes_per_run, noting_failures, over_budget, panels, parameters, percent_of, spread_of, table,
+                     write_table)
 from .report import MISSING, cell, paper_figure
 from .results import ResultTable, study_results
 from .rlt_claims import CLAIMS
@@ -153,8 +154,10 @@ def table_markdown(results: ResultTable, lengths: ResultTable, scale: str, notes
     lines = heading(f"Seed 003 (Recurrent Looped Transformer) at {title}", results.rows,
                     *(changes if scale == "cpu" else ()), CAPTION)
     for task in plan_order((r["task"] for r in results.rows), rlt.TASKS):
+        task_rows = groups(results.rows, ("row",), order=rows, task=task)
         lines += [f"## {task} ({rlt.primary_metric(task).replace('_', ' ')})", "",
-                  *table(task_columns(task, lengths, scale), groups(results.rows, ("row",), order=rows, task=task))]
+                  *table(task_columns(task, lengths, scale), task_rows),
+                  *over_budget(task_rows)]
         if task.startswith("s5"):  # the paper also reports prefix-token accuracy at 512 operations
             at_512 = joined_spread("", lengths, "prefix_token_accuracy", 2, 100, length=512)
             every_row = groups(results.rows, ("row",), order=rows, keep_empty=True, task=task)

@@ -24,6 +24,7 @@ class Booking:
     def __init__(self, stop_after: float | None = None, finish_within: float | None = None):
         self.stop_after, self.finish_within = stop_after, finish_within
         self.started = time.monotonic()
+        self._factor: tuple[int, float] | None = None  # (rows it was measured on, speed_factor)
 
     def closed(self) -> str | None:
         """Why no run may start any more (None: runs may start)."""
@@ -37,7 +38,12 @@ class Booking:
 
     def overruns(self, results: ResultTable, key: dict) -> str | None:
         """Why the run of `key` would end after --finish-within (None: it fits, or no limit or estimate)."""
-        if self.finish_within is None or (expected := expected_seconds(results, key)) is None:
+        if self.finish_within is None:
+            return None
+        here = cpu_of(machine())
+        if self._factor is None or self._factor[0] != len(results.rows):  # measured again once a run has landed
+            self._factor = (len(results.rows), speed_factor(results, here))
+        if (expected := expected_seconds(results, key, here, self._factor[1])) is None:
             return None
         left = self.started + 60 * self.finish_within - time.monotonic()
         if expected <= left:
