@@ -3,6 +3,8 @@
 import csv
 import json
 
+import pytest
+
 from looped.experiments import clw, clw_study, figures
 from looped.experiments import study as engine
 
@@ -244,6 +246,34 @@ def test_finish_within_skips_a_run_that_would_outlast_the_booking_for_a_shorter_
     (tmp_path / "table.md").write_text("the table\n")
     assert main(["reproduce", "clw", "--out", str(tmp_path), "--finish-within", "140", "--no-progress"]) == 0
     assert called["finish_within"] == 140 and called["stop_after"] is None
+
+
+def test_only_books_the_named_runs_in_order_and_refuses_a_label_that_names_no_run(tmp_path, monkeypatch,
+                                                                                   capsys):
+    """A lane's runs (two seeds of one row, one of another) are no product of axis values: without --only a lane
+    needed one command per product and a wrapper script to share one deadline between them."""
+    spec = engine.get_study("clw")
+    keys = engine.parse_runs(spec, ["tinystories / 37 / plain", "enwik8/11/workspace", "enwik8 / 11 / workspace"],
+                             "cpu")
+    assert keys == [{"corpus": "tinystories", "seed": 37, "row": "plain"},
+                    {"corpus": "enwik8", "seed": 11, "row": "workspace"}]  # given order, the repeat once
+    assert engine.plan_keys(spec, "cpu", {"seed": (23,)}, keys) == keys
+    for label, words in (("enwik8 / 11", "is corpus / seed / row"), ("enwik9 / 11 / plain", "unknown name 'enwik9'"),
+                         ("enwik8 / eleven / plain", "'eleven' is not an integer")):
+        with pytest.raises(ValueError, match=words):
+            engine.parse_runs(spec, [label], "cpu")
+
+    from looped.cli import main
+
+    called = {}
+    monkeypatch.setattr(engine, "run_study", lambda spec, out, runs, **options: called.update(options))
+    (tmp_path / "table.md").write_text("the table\n")
+    assert main(["reproduce", "clw", "--out", str(tmp_path), "--only", "enwik8 / 11 / workspace",
+                 "--no-progress"]) == 0
+    assert called["only"] == [{"corpus": "enwik8", "seed": 11, "row": "workspace"}] and called["select"] == {}
+    # an axis option beside --only: which runs were meant?
+    assert main(["reproduce", "clw", "--out", str(tmp_path), "--only", "enwik8 / 11 / plain", "--seeds", "23"]) != 0
+    assert capsys.readouterr().err.strip().endswith("--only names whole runs: give it without --seeds")
 
 
 def test_two_processes_share_a_study_without_losing_rows_or_training_a_run_twice(tmp_path):

@@ -8,6 +8,7 @@
     looped reproduce <study> ... --retrain-owed   # finished runs owing a backfill whose folders are gone
     looped reproduce <study> ... --retrain-owed --replace-differing   # a retrain that differs becomes the row
     looped reproduce <study> ... --merge-from OTHER/results/<study>_<scale> [...]   # runs other folders finished
+    looped reproduce drt --only "graph / drt / 1.0 / 43" "logic_1.5x / drt / 0.0 / 44" --finish-within 150
 
 Every axis of a study (looped.experiments.study.Axis) is one option taking several values; every Flag one more
 option. A study registered by a plugin gets its sub-command the same way.
@@ -54,6 +55,9 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
     parser.add_argument("--finish-within", type=stop_after_minutes, metavar="MINUTES",
                         help="start only runs expected (as --status estimates them: a median, so leave a margin) to "
                              "end within this many minutes; a longer one is skipped for a shorter one later")
+    parser.add_argument("--only", nargs="+", metavar="RUN",
+                        help="these runs only, in this order, each as --status lists it (e.g. "
+                             f"'{' / '.join(axis.name for axis in spec.axes)}'); instead of the axis options")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value of every run, e.g. --set train.max_steps=100 (repeatable)")
     for axis in spec.axes:
@@ -95,11 +99,15 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
         print(f"wrote {len(engine.write_recipes(spec, root))} recipes under {root}")
         return 0
     select = engine.parse_select(spec, {axis.name: getattr(args, axis.option) for axis in spec.axes}, args.scale)
+    if args.only and select:
+        raise ValueError("--only names whole runs: give it without "
+                         + ", ".join(f"--{axis.option}" for axis in spec.axes if axis.name in select))
+    only = engine.parse_runs(spec, args.only or (), args.scale)
     flags = {flag.name: getattr(args, flag.name) for flag in spec.flags}
     out, runs = study_folders(args.out, args.runs, spec.folder_name(args.scale, flags))
     if args.status:
-        print(engine.status(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
-                            **flags), end="")
+        print(engine.status(spec, out, runs, scale=args.scale, select=select, only=only,
+                            overrides=parse_overrides(args.set), **flags), end="")
         return 0
     if args.merge_from:
         from ..experiments.merge import merge_study
@@ -114,12 +122,12 @@ def reproduce(spec: engine.StudySpec, args: argparse.Namespace) -> int:
     if args.retrain_owed:
         from ..experiments.retrain import retrain_study
 
-        retrain_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
+        retrain_study(spec, out, runs, scale=args.scale, select=select, only=only, overrides=parse_overrides(args.set),
                       progress=not args.no_progress, stop_after=args.stop_after, finish_within=args.finish_within,
                       replace_differing=args.replace_differing, **flags)
         print((out / "table.md").read_text())
         return 0
-    engine.run_study(spec, out, runs, scale=args.scale, select=select, overrides=parse_overrides(args.set),
+    engine.run_study(spec, out, runs, scale=args.scale, select=select, only=only, overrides=parse_overrides(args.set),
                      progress=not args.no_progress, stop_after=args.stop_after, finish_within=args.finish_within,
                      **flags)
     print((out / "table.md").read_text())

@@ -22,7 +22,7 @@ replaced the same way without training again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,8 +100,8 @@ def retrains_note(study: engine.Study, name: str) -> list[str]:
 
 
 def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu",
-                  select: Mapping | None = None, overrides: dict | None = None, progress: bool = True,
-                  stop_after: float | None = None, finish_within: float | None = None,
+                  select: Mapping | None = None, only: Sequence[dict] = (), overrides: dict | None = None,
+                  progress: bool = True, stop_after: float | None = None, finish_within: float | None = None,
                   replace_differing: bool = False, log=print, **options) -> list[dict]:
     """Retrain, check and backfill the owed runs of a study's plan, then rewrite its report; the keys retrained
     (or replaced). Refused (ValueError) when --set differs from the settings the rows were trained with: a
@@ -109,7 +109,7 @@ def retrain_study(spec: engine.StudySpec | str, out: Path, runs: Path, *, scale:
     spec = engine.get_study(spec) if isinstance(spec, str) else spec
     study = engine.build(spec, out, runs, scale=scale, overrides=overrides, **options)
     check_same_settings(study.results, overrides_text(overrides))
-    plan = engine.runnable(study, engine.plan_keys(spec, scale, select), log)
+    plan = engine.runnable(study, engine.plan_keys(spec, scale, select, only), log, named=bool(only))
     done = retrain_owed(study, plan, progress=progress, stop_after=stop_after, finish_within=finish_within,
                         replace_differing=replace_differing, log=log)
     engine.write_report(spec, study, scale)

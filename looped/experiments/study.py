@@ -269,9 +269,13 @@ def get_study(name: str) -> StudySpec:
 
 
 # --- planning ----------------------------------------------------------------------------------------------------
-def plan_keys(spec: StudySpec, scale: str, select: Mapping[str, Iterable] | None = None) -> list[dict]:
-    """Every run's key in training order: the spec's default plan when no axis is selected (and it has one),
-    else the product of the axes (selected values, or each axis's default), without what `keep` drops."""
+def plan_keys(spec: StudySpec, scale: str, select: Mapping[str, Iterable] | None = None,
+              only: Sequence[dict] = ()) -> list[dict]:
+    """Every run's key in training order: `only` as given (`parse_runs`: whole runs named on the command line);
+    else the spec's default plan when no axis is selected (and it has one), else the product of the axes
+    (selected values, or each axis's default), without what `keep` drops."""
+    if only:
+        return list(only)
     select = {name: tuple(values) for name, values in (select or {}).items() if values}
     planned = spec.default_plan(scale) if not select and spec.default_plan is not None else None
     if planned is not None:
@@ -289,15 +293,39 @@ def parse_select(spec: StudySpec, given: Mapping[str, Iterable[str] | None], sca
     return {axis.name: axis.parse(given[axis.name], scale) for axis in spec.axes if given.get(axis.name)}
 
 
-def runnable(study: Study, keys: list[dict], log) -> list[dict]:
+def parse_runs(spec: StudySpec, labels: Iterable[str], scale: str) -> list[dict]:
+    """`--only`'s runs as keys, in the order given: each a label as --status and the logs write it
+    ("graph / drt / 1.0 / 43"; spaces optional), every part checked by its axis. A lane books one list of runs
+    that no product of axis values spans (two seeds of one recipe, one of another)."""
+    shape = " / ".join(axis.name for axis in spec.axes)
+    keys: list[dict] = []
+    for label in labels:
+        parts = [part.strip() for part in str(label).split("/")]
+        if len(parts) != len(spec.axes):
+            raise ValueError(f"--only {label!r}: a run of study {spec.name} is {shape} (as --status lists it)")
+        try:
+            key = {axis.name: axis.parse([part], scale)[0] for axis, part in zip(spec.axes, parts)}
+        except ValueError as err:
+            raise ValueError(f"--only {label!r}: {err}") from None
+        if not spec.keep(key, scale):
+            raise ValueError(f"--only {label!r}: study {spec.name} does not run this combination")
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def runnable(study: Study, keys: list[dict], log, named: bool = False) -> list[dict]:
     """The keys whose run exists (a combination the architecture cannot take is logged and left out). When no
     planned run can be built (a --set that fits none of them, `--set train=3`), that is an error, not a study that
-    trains nothing and exits 0."""
+    trains nothing and exits 0; so is any run that cannot be built when the keys were `named` one by one
+    (--only)."""
     kept, first_error = [], None
     for key in keys:
         try:
             study.config(key)
         except ConfigError as err:
+            if named:
+                raise ConfigError(f"--only {run_label(key)!r}: {err}") from None
             log(f"== {run_label(key)} skipped ({err})")
             first_error = first_error or err
             continue
@@ -409,12 +437,12 @@ def build(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", o
 
 
 def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
-           overrides: dict | None = None, log=lambda message: None, **options) -> str:
+           only: Sequence[dict] = (), overrides: dict | None = None, log=lambda message: None, **options) -> str:
     """`looped reproduce NAME --status [--set K=V]`: every planned run as done / failed / to do (trains nothing),
     and why a run with these --set overrides would be refused."""
     spec = get_study(spec) if isinstance(spec, str) else spec
     study = build(spec, out, runs, scale=scale, overrides=overrides, **options)
-    plan = runnable(study, plan_keys(spec, scale, select), log)
+    plan = runnable(study, plan_keys(spec, scale, select, only), log, named=bool(only))
     try:
         check_same_settings(study.results, overrides_text(overrides))
         refused = ""
@@ -425,12 +453,13 @@ def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", 
 
 
 def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", select: Mapping | None = None,
-              overrides: dict | None = None, progress: bool = True, stop_after: float | None = None,
-              finish_within: float | None = None, log=print, **options) -> ResultTable:
+              only: Sequence[dict] = (), overrides: dict | None = None, progress: bool = True,
+              stop_after: float | None = None, finish_within: float | None = None, log=print,
+              **options) -> ResultTable:
     """Train, evaluate and report every planned run of a registered study not yet in its results."""
     spec = get_study(spec) if isinstance(spec, str) else spec
     study = build(spec, out, runs, scale=scale, overrides=overrides, **options)
-    plan = runnable(study, plan_keys(spec, scale, select), log)
+    plan = runnable(study, plan_keys(spec, scale, select, only), log, named=bool(only))
     return execute(study, plan, overrides=overrides, progress=progress, stop_after=stop_after,
                    finish_within=finish_within, log=log, title=f"{spec.name} {scale}",
                    report=lambda: write_report(spec, study, scale))
@@ -483,6 +512,6 @@ def write_recipes(spec: StudySpec | str, root: Path | None = None) -> list[Path]
 
 __all__ = ["DIFFERS", "REPLACED", "REPRODUCES", "RETRAINED", "RETRAINING", "Axis", "Backfill", "Booking", "Flag",
            "RunSummary", "Study", "StudyBase", "StudySpec", "backfill", "backfill_checkpoint", "build", "claim_path",
-           "execute", "get_study", "grouped_plan", "owed_retrains", "parse_select", "pending_runs", "plan_keys",
-           "register_study", "retrain_status", "retrain_verdict", "run_study", "status", "status_report",
+           "execute", "get_study", "grouped_plan", "owed_retrains", "parse_runs", "parse_select", "pending_runs",
+           "plan_keys", "register_study", "retrain_status", "retrain_verdict", "run_study", "status", "status_report",
            "study_names", "unit_interval", "write_recipes", "write_report"]
