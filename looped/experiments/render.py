@@ -336,5 +336,5 @@ def fit_suptitle(fig, title: str, fontsize: float = 9) -> None:
 __all__ = ["Column", "Group", "LEFT", "RIGHT", "at_cost", "buckets", "bullets", "fewest", "fit_suptitle", "groups",
            "heading", "inline", "ints", "joined_spread", "key", "labelled_tables", "left", "line", "listed", "markdown",
            "matching", "mean", "mean_of", "minutes_per_run", "noting_failures", "over_budget", "panels", "parameters",
-           "part", "percent_of",
-           "relative_change", "relative_changes", "section", "shows_beyond", "spread_of", "table", "write_table"]
+           "part", "percent_of", "relative_change", "relative_changes", "section", "shows_beyond", "spread_of", "table",
+           "write_table"]
