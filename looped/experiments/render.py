@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_save_figure, atomic_write_text
-from .report import MISSING, average, cpu_name, finished, minutes_by_cpu, spread
+from .report import MISSING, average, finished, minutes_by_cpu, minutes_per_cpu, spread
 from .results import ResultTable, overrides_note
 
 LEFT, RIGHT = "---", "---:"  # a markdown column's alignment: text left, numbers right
@@ -193,14 +193,9 @@ def over_budget(lines: Iterable[Group], why: str = SAME_RECIPE, limit: float = R
     """A paragraph after a table: the lines whose runs took longer than `limit` minutes (median per CPU) and
     `why` they are kept; nothing when every line is within it. A long run is the one a stopped machine loses,
     so the table says which recipes cost more than the budget, on which CPU."""
-    found = []
-    for group in lines:
-        by_cpu: dict[str, list[float]] = {}
-        for run in group.runs:
-            if (seconds := float(run.get("train_seconds") or 0)) > 0:
-                by_cpu.setdefault(cpu_name(run.get("machine")), []).append(seconds / 60)
-        found += [f"{label(group)}: {statistics.median(m):.0f} min on {cpu or 'unrecorded CPUs'}"
-                  f" (n={len(m)})" for cpu, m in sorted(by_cpu.items()) if statistics.median(m) > limit]
+    found = [f"{label(group)}: {statistics.median(minutes):.0f} min on {cpu or 'unrecorded CPUs'} (n={len(minutes)})"
+             for group in lines for cpu, minutes in minutes_per_cpu(group.runs).items()
+             if minutes and statistics.median(minutes) > limit]
     if not found:
         return []
     return ["", f"Over the ~{limit:.0f}-minute budget of a CPU run (median per CPU, unrecorded ones together): "

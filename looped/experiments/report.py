@@ -88,25 +88,40 @@ def median_minutes(seconds: Iterable) -> str:
     return f"{statistics.median(minutes):.1f}" if minutes else MISSING
 
 
+def cpu_of(ran_on: str | None) -> str:
+    """The device part of a row's machine column ("AMD EPYC; 1 thread; torch 2.13..." -> "AMD EPYC"); "" for rows
+    that predate the column."""
+    return (ran_on or "").split(";", 1)[0].strip()
+
+
 def cpu_name(ran_on: str | None) -> str:
-    """A row's machine column as a short CPU name for a table cell: "Intel(R) Xeon(R) Processor; 1 thread; ..." ->
-    "Xeon", "AMD EPYC; ..." -> "EPYC"; "" for rows that predate the column."""
-    device = (ran_on or "").split(";", 1)[0].split("@", 1)[0]
+    """cpu_of as a short name for a table cell: "Intel(R) Xeon(R) Processor; 1 thread; ..." -> "Xeon",
+    "AMD EPYC; ..." -> "EPYC"; "" for rows that predate the column."""
+    device = cpu_of(ran_on).split("@", 1)[0]
     words = [w for w in device.replace("(R)", " ").replace("(TM)", " ").split()
              if w not in ("Intel", "AMD", "Processor", "CPU")]
     return words[-1] if words else device.strip()
 
 
+def minutes_per_cpu(runs: Iterable[dict]) -> dict[str, list[float]]:
+    """The runs' training minutes (train_seconds > 0) by short CPU name ("" = not recorded), sorted by name; a CPU
+    whose runs have no clock keeps an empty list."""
+    by_cpu: dict[str, list[float]] = {}
+    for run in runs:
+        by_cpu.setdefault(cpu_name(run.get("machine")), []).extend(
+            m / 60 for m in _numbers([run.get("train_seconds", "")], 1.0) if m > 0)
+    return dict(sorted(by_cpu.items()))
+
+
 def minutes_by_cpu(runs: Iterable[dict]) -> str:
-    """median_minutes of the runs' train_seconds, one median per CPU they ran on where there are several
+    """The median training minutes of the runs, one median per CPU they ran on where there are several
     ("29.5 unrecorded · 50.3 EPYC"): the same recipe took 1.7x as long on one of this project's machines as on
     another, so a median across both describes neither."""
-    by_cpu: dict[str, list] = {}
-    for run in runs:
-        by_cpu.setdefault(cpu_name(run.get("machine")), []).append(run.get("train_seconds", ""))
+    text = lambda minutes: f"{statistics.median(minutes):.1f}" if minutes else MISSING  # noqa: E731
+    by_cpu = minutes_per_cpu(runs)
     if len(by_cpu) <= 1:
-        return median_minutes(next(iter(by_cpu.values()), []))
-    return " · ".join(f"{median_minutes(seconds)} {name or 'unrecorded'}" for name, seconds in sorted(by_cpu.items()))
+        return text(next(iter(by_cpu.values()), []))
+    return " · ".join(f"{text(minutes)} {name or 'unrecorded'}" for name, minutes in by_cpu.items())
 
 
 def interval(values: Iterable[int]) -> str:
@@ -139,6 +154,6 @@ def finished(rows: Iterable[dict], **match) -> list[dict]:
             and all(str(r.get(k)) == str(v) for k, v in match.items())]
 
 
-__all__ = ["MISSING", "average", "by_difficulty", "cell", "column", "cpu_name", "each", "figure", "finished",
-           "interval", "median_minutes", "minutes_by_cpu", "paper_figure", "percent", "read_interval", "span",
-           "spread"]
+__all__ = ["MISSING", "average", "by_difficulty", "cell", "column", "cpu_name", "cpu_of", "each", "figure",
+           "finished", "interval", "median_minutes", "minutes_by_cpu", "minutes_per_cpu", "paper_figure", "percent",
+           "read_interval", "span", "spread"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..train.run_folder import read_metrics
 from .backfills import claim_path
-from .report import finished
+from .report import cpu_of, finished
 from .results import ResultTable, exclusive_lock, machine, run_label
 
 
@@ -162,12 +162,6 @@ def run_seconds(row: dict) -> float | None:
     except ValueError:  # a table without these columns, or a cell that is not a number
         return None
     return trained + scored if trained > 0 else None
-
-
-def cpu_of(ran_on: str | None) -> str:
-    """The device part of a row's machine column ("AMD EPYC; 1 thread; torch 2.13..." -> "AMD EPYC"); "" for rows
-    that predate the column."""
-    return (ran_on or "").split(";", 1)[0].strip()
 
 
 def speed_factor(results: ResultTable, here: str) -> float:
