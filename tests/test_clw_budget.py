@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from looped.config import to_dict
 from looped.experiments import clw
+from looped.models import arch_names, build_model, get_arch
 from looped.models.budget import count_parameters, solve_ffn
 from looped.train import load_run_config
 
