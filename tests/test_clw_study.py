@@ -155,6 +155,32 @@ def test_status_scales_times_measured_on_another_cpu_by_this_machines_measured_s
     assert schedule.expected_seconds(table, plan[1], here="Old CPU") == 1000.0  # measured there: as it was
 
 
+def test_a_setting_without_a_finished_seed_is_timed_like_the_setting_its_study_names(tmp_path, monkeypatch):
+    """DRT's one-seed ablation logic_dropout had no estimate, so --finish-within started it at any minute left (a
+    run lost at the end of the booking): the study times a variant like its recipe, times its budget."""
+    from looped.experiments import drt_study
+
+    table = drt_study.study_results(tmp_path, drt_study.COLUMNS, drt_study.KEY)
+    for seed, seconds in ((42, "3000.0"), (43, "3600.0")):  # the recipe: 50 and 60 minutes, median 55
+        table.add({"task": "logic", "arch": "drt", "alpha": "0.0", "seed": seed, "train_seconds": seconds,
+                   "status": "ok"})
+    study = engine.build("drt", tmp_path, tmp_path / "runs")
+    plan = [{"task": "logic_dropout", "arch": "drt", "alpha": 0.0, "seed": 42},  # the recipe's time
+            {"task": "logic_1.5x", "arch": "drt", "alpha": 0.0, "seed": 42},  # x 1.5
+            {"task": "graph", "arch": "drt", "alpha": 0.0, "seed": 42}]  # no recipe of its own timed: no guess
+    text = engine.status_report(table, plan, "drt cpu", timed_like=study.timed_like)
+    assert "  to do  logic_dropout / drt / 0.0 / 42  (~55 min, timed as logic / drt / 0.0)" in text, text
+    assert "  to do  logic_1.5x / drt / 0.0 / 42  (~82 min, timed as logic / drt / 0.0 x 1.5)" in text, text
+    assert "  to do  graph / drt / 0.0 / 42\n" in text and "(1 run(s) have none: not counted)" in text
+    assert "~55 min" not in engine.status_report(table, plan, "drt cpu")  # without the study's hint: no guess
+    monkeypatch.setattr(engine.time, "monotonic", lambda: 1000.0)  # no time passes: 60 minutes left throughout
+    messages = []
+    started = list(engine.pending_runs(plan, table, finish_within=60, timed_like=study.timed_like,
+                                       log=messages.append))
+    assert [k["task"] for k in started] == ["logic_dropout", "graph"]
+    assert messages == ["skipping logic_1.5x / drt / 0.0 / 42: expected ~82 min, 60 left of --finish-within 60"]
+
+
 def test_status_marks_a_run_another_process_holds_as_running_with_its_last_logged_update(tmp_path):
     """Two `looped reproduce` processes share a study: --status listed the run one of them was training as plain
     "to do", so a third process's owner could not tell work in progress from work not started."""

@@ -81,6 +81,11 @@ class DrtStudy(StudyBase):
     def folder(self, key: dict) -> Path:
         return self.runs / run_name(key["task"], key["arch"], float(key["alpha"]), key["seed"])
 
+    def timed_like(self, key: dict) -> tuple[dict, float] | None:
+        """A variant's first seed takes about its recipe's time, times its budget (updates are most of it)."""
+        variant = drt.VARIANTS.get(key["task"])
+        return None if variant is None else ({**key, "task": variant.of}, variant.budget)
+
     def reproduces(self, key: dict, run: RunSummary) -> Reproduction:
         """A retrained run against its results.csv row: OOD accuracy over its test grid, as `evaluate` scores it."""
         grid, summary = self.scored_grid(run)

@@ -1,6 +1,7 @@
 """When a study's runs may start and how long they take: the machine's booking (--stop-after, --finish-within),
 the runs still to do in plan order, and `--status` (each run to do with its expected minutes, from this CPU's own
-finished seeds or other CPUs' scaled by its measured speed)."""
+finished seeds or other CPUs' scaled by its measured speed; a run whose setting has none, from the setting its
+study says it is timed like)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from .backfills import claim_path
 from .report import cpu_of, finished
 from .results import ResultTable, exclusive_lock, machine, run_label
 
+# A study's `timed_like(key)`: for a run whose setting has no finished seed yet, (the key of a setting it takes
+# about as long as, times this factor), e.g. a variant of a recipe trained 1.5x longer; None: no such setting.
+TimedLike = Callable[[dict], "tuple[dict, float] | None"]
+
 
 class Booking:
     """When a study may start its next run, for a machine booked for a while: none once `stop_after` minutes have
@@ -21,8 +26,9 @@ class Booking:
     --status estimates it) to end within that many minutes of the start: a longer one is skipped, and a shorter
     one later in the plan may still start. A run with no estimate starts while time is left."""
 
-    def __init__(self, stop_after: float | None = None, finish_within: float | None = None):
-        self.stop_after, self.finish_within = stop_after, finish_within
+    def __init__(self, stop_after: float | None = None, finish_within: float | None = None,
+                 timed_like: TimedLike | None = None):
+        self.stop_after, self.finish_within, self.timed_like = stop_after, finish_within, timed_like
         self.started = time.monotonic()
         self._factor: tuple[int, float] | None = None  # (rows it was measured on, speed_factor)
 
@@ -43,7 +49,7 @@ class Booking:
         here = cpu_of(machine())
         if self._factor is None or self._factor[0] != len(results.rows):  # measured again once a run has landed
             self._factor = (len(results.rows), speed_factor(results, here))
-        if (expected := expected_seconds(results, key, here, self._factor[1])) is None:
+        if (expected := expected_seconds(results, key, here, self._factor[1], self.timed_like)) is None:
             return None
         left = self.started + 60 * self.finish_within - time.monotonic()
         if expected <= left:
@@ -52,12 +58,12 @@ class Booking:
 
 
 def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
-                 finish_within: float | None = None, log=print):
+                 finish_within: float | None = None, timed_like: TimedLike | None = None, log=print):
     """The planned runs not yet in `results`, in plan order, as far as the machine's booking allows (`Booking`:
     --stop-after, --finish-within), so a study fits a booking without losing a run half-way. Each run is
     claimed (a lock held until the caller asks for the next one): a run another process has claimed is skipped,
     not trained twice."""
-    booking = Booking(stop_after, finish_within)
+    booking = Booking(stop_after, finish_within, timed_like)
     for key in plan:
         if results.has(**key):
             continue
@@ -80,7 +86,7 @@ def pending_runs(plan, results: ResultTable, *, stop_after: float | None = None,
 
 
 def status_report(results: ResultTable, plan: list[dict], title: str,
-                  folder: Callable[[dict], Path] | None = None) -> str:
+                  folder: Callable[[dict], Path] | None = None, timed_like: TimedLike | None = None) -> str:
     """What `looped reproduce ... --status` prints: every planned run as done, failed or to do, in the
     order the study would run them (a run to do with its expected minutes, `expected_seconds`), the counts, and
     the training time left. A run to do that another process has claimed is marked running, with the last
@@ -98,9 +104,9 @@ def status_report(results: ResultTable, plan: list[dict], title: str,
             busy += 1
             logged = last_update(folder(key)) if folder is not None else None
             notes.append("running now" + (f": update {logged} logged" if logged else ""))
-        if state == "to do" and (seconds := expected_seconds(results, key, here, factor)) is not None:
+        if state == "to do" and (seconds := expected_seconds(results, key, here, factor, timed_like)) is not None:
             expected.append(seconds)
-            notes.append(f"~{seconds / 60:.0f} min")
+            notes.append(f"~{seconds / 60:.0f} min" + borrowed(results, key, here, factor, timed_like))
         lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({'; '.join(notes)})" if notes else ""))
     head = (f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do"
             + (f" ({busy} running now)" if busy else "") + f" ({results.path})")
@@ -134,14 +140,35 @@ def last_update(folder: Path) -> int | None:
 
 
 def expected_seconds(results: ResultTable, key: dict, here: str | None = None,
-                     factor: float | None = None) -> float | None:
+                     factor: float | None = None, timed_like: TimedLike | None = None) -> float | None:
     """The median training + scoring seconds of the finished rows of `key`'s setting with another seed (the rows'
     train_seconds and eval_seconds); None without such a row (or a key without a seed). Rows that ran on this
     machine's CPU (`here`, default this process's) count alone where there are any; rows from another CPU are
     scaled by `factor` (default `speed_factor`: a study moved to a slower machine took ~1.6x the minutes its old
-    rows said)."""
+    rows said). A setting without rows is timed like the one `timed_like(key)` names, times its factor (a recipe's
+    one-seed ablation started unannounced at minute 140 of a 150-minute booking)."""
     if "seed" not in key:
         return None
+    own = _setting_seconds(results, key, here, factor)
+    if own is not None or timed_like is None or (like := timed_like(key)) is None:
+        return own
+    other, times = like
+    seconds = _setting_seconds(results, {**other, "seed": key["seed"]}, here, factor)
+    return None if seconds is None else seconds * times
+
+
+def borrowed(results: ResultTable, key: dict, here: str | None, factor: float | None,
+             timed_like: TimedLike | None) -> str:
+    """", timed as <setting> x F" where `expected_seconds` of `key` comes from another setting's runs."""
+    if timed_like is None or _setting_seconds(results, key, here, factor) is not None \
+            or (like := timed_like(key)) is None:
+        return ""
+    other, times = like
+    label = run_label({k: v for k, v in other.items() if k != "seed"})
+    return f", timed as {label}" + (f" x {times:g}" if times != 1 else "")
+
+
+def _setting_seconds(results: ResultTable, key: dict, here: str | None, factor: float | None) -> float | None:
     here = cpu_of(machine()) if here is None else here
     rows = [row for row in finished(results.rows, **{k: v for k, v in key.items() if k != "seed"})
             if run_seconds(row) is not None]
@@ -182,5 +209,5 @@ def speed_factor(results: ResultTable, here: str) -> float:
     return statistics.median(ratios) if ratios else 1.0
 
 
-__all__ = ["Booking", "cpu_of", "expected_seconds", "last_update", "pending_runs", "run_seconds", "running",
-           "speed_factor", "status_report"]
+__all__ = ["Booking", "TimedLike", "borrowed", "cpu_of", "expected_seconds", "last_update", "pending_runs",
+           "run_seconds", "running", "speed_factor", "status_report"]

@@ -172,6 +172,10 @@ class Study(Protocol):
         """Files the run of `key` writes under the results folder besides table rows (paths relative to it; DRT's
         test grids): what `looped reproduce --merge-from` copies with the run's rows."""
 
+    def timed_like(self, key: dict) -> tuple[dict, float] | None:
+        """For a run whose setting has no finished seed: (the key of a setting it takes about as long as, times
+        this factor), for --status's minutes and --finish-within's booking; None: no estimate."""
+
 
 class StudyBase:
     """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `evaluate`
@@ -203,6 +207,9 @@ class StudyBase:
 
     def run_files(self, key: dict) -> list[str]:
         return []  # a run's scores are rows of the study's tables
+
+    def timed_like(self, key: dict) -> tuple[dict, float] | None:
+        return None  # a setting is timed by its own finished seeds only
 
     def config_once(self, key: dict, build: Callable[[], Any]):
         """build() once per run key, then the same config (the engine asks for it when planning and again when
@@ -448,7 +455,7 @@ def status(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu", 
         refused = ""
     except ValueError as error:
         refused = f"refused: {error}\n"
-    return (status_report(study.results, plan, f"{spec.name} {scale}", study.folder) + refused
+    return (status_report(study.results, plan, f"{spec.name} {scale}", study.folder, timing(study)) + refused
             + retrain_status(study, plan))
 
 
@@ -463,6 +470,11 @@ def run_study(spec: StudySpec | str, out: Path, runs: Path, *, scale: str = "cpu
     return execute(study, plan, overrides=overrides, progress=progress, stop_after=stop_after,
                    finish_within=finish_within, log=log, title=f"{spec.name} {scale}",
                    report=lambda: write_report(spec, study, scale))
+
+
+def timing(study: Study):
+    """The study's `timed_like` (a study written before the method existed has none: its own seeds time it)."""
+    return getattr(study, "timed_like", None)
 
 
 def write_report(spec: StudySpec, study: Study, scale: str = "cpu") -> None:
@@ -483,7 +495,8 @@ def execute(study: Study, plan: list[dict], *, overrides: dict | None = None, pr
     study.results.stamp = {OVERRIDES: settings}
     backfill(study, log)
     study.prepare(plan, log)
-    pending = pending_runs(plan, study.results, stop_after=stop_after, finish_within=finish_within, log=log)
+    pending = pending_runs(plan, study.results, stop_after=stop_after, finish_within=finish_within,
+                           timed_like=timing(study), log=log)
     for key in pending if study.trains else ():
         check_same_settings(study.results, settings)
         log(f"== {study.label(key) if hasattr(study, 'label') else f'{title}: {run_label(key)}'}")
