@@ -58,3 +58,13 @@ def test_params_cli_reports_components_and_solves(capsys):
     assert main(["params", "workspace", "--set", "model.dim=192", "--set", "model.heads=6",
                  "--solve-ffn", "918000"]) == 0
     assert '"ffn_dim": 1093' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arch", arch_names())
+def test_the_meta_device_count_that_skips_initialisers_is_the_built_models_count(arch):
+    """count_parameters skips in-place initialisers on the meta device (models/budget.py): a skipped op that
+    changed a shape, or a model whose size depended on one, would make every budget-matched table wrong."""
+    fields = {k: v for k, v in to_dict(get_arch(arch).tiny_config()).items() if v is not None and k != "arch"}
+    built = sum(p.numel() for p in build_model(get_arch(arch).config(**fields)).parameters())
+    assert count_parameters(arch, **fields) == built > 0
+    assert count_parameters(arch, **fields) == built  # the second answer comes from the cache
