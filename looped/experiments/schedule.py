@@ -104,9 +104,10 @@ def status_report(results: ResultTable, plan: list[dict], title: str,
             busy += 1
             logged = last_update(folder(key)) if folder is not None else None
             notes.append("running now" + (f": update {logged} logged" if logged else ""))
-        if state == "to do" and (seconds := expected_seconds(results, key, here, factor, timed_like)) is not None:
+        seconds, source = estimate(results, key, here, factor, timed_like) if state == "to do" else (None, "")
+        if seconds is not None:
             expected.append(seconds)
-            notes.append(f"~{seconds / 60:.0f} min" + borrowed(results, key, here, factor, timed_like))
+            notes.append(f"~{seconds / 60:.0f} min{source}")
         lines.append(f"  {state:6s} {run_label(key)}" + (f"  ({'; '.join(notes)})" if notes else ""))
     head = (f"{title}: {counts['done']} done, {counts['failed']} failed, {counts['to do']} to do"
             + (f" ({busy} running now)" if busy else "") + f" ({results.path})")
@@ -147,25 +148,24 @@ def expected_seconds(results: ResultTable, key: dict, here: str | None = None,
     scaled by `factor` (default `speed_factor`: a study moved to a slower machine took ~1.6x the minutes its old
     rows said). A setting without rows is timed like the one `timed_like(key)` names, times its factor (a recipe's
     one-seed ablation started unannounced at minute 140 of a 150-minute booking)."""
+    return estimate(results, key, here, factor, timed_like)[0]
+
+
+def estimate(results: ResultTable, key: dict, here: str | None = None, factor: float | None = None,
+             timed_like: TimedLike | None = None) -> tuple[float | None, str]:
+    """(expected_seconds, where they come from for --status: "" from the setting's own seeds, else ", timed as
+    <setting> x F")."""
     if "seed" not in key:
-        return None
+        return None, ""
     own = _setting_seconds(results, key, here, factor)
     if own is not None or timed_like is None or (like := timed_like(key)) is None:
-        return own
+        return own, ""
     other, times = like
     seconds = _setting_seconds(results, {**other, "seed": key["seed"]}, here, factor)
-    return None if seconds is None else seconds * times
-
-
-def borrowed(results: ResultTable, key: dict, here: str | None, factor: float | None,
-             timed_like: TimedLike | None) -> str:
-    """", timed as <setting> x F" where `expected_seconds` of `key` comes from another setting's runs."""
-    if timed_like is None or _setting_seconds(results, key, here, factor) is not None \
-            or (like := timed_like(key)) is None:
-        return ""
-    other, times = like
+    if seconds is None:
+        return None, ""
     label = run_label({k: v for k, v in other.items() if k != "seed"})
-    return f", timed as {label}" + (f" x {times:g}" if times != 1 else "")
+    return seconds * times, f", timed as {label}" + (f" x {times:g}" if times != 1 else "")
 
 
 def _setting_seconds(results: ResultTable, key: dict, here: str | None, factor: float | None) -> float | None:
@@ -209,5 +209,5 @@ def speed_factor(results: ResultTable, here: str) -> float:
     return statistics.median(ratios) if ratios else 1.0
 
 
-__all__ = ["Booking", "TimedLike", "borrowed", "cpu_of", "expected_seconds", "last_update", "pending_runs",
+__all__ = ["Booking", "TimedLike", "cpu_of", "estimate", "expected_seconds", "last_update", "pending_runs",
            "run_seconds", "running", "speed_factor", "status_report"]
