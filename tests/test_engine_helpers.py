@@ -245,3 +245,20 @@ def test_a_run_scored_by_a_later_process_records_the_trainers_clock_not_zero(tmp
     clock = [e["seconds"] for e in logged if "seconds" in e][-1]
     assert clock > 0 and RunSummary.read(tmp_path / "run").seconds == clock
     assert RunSummary.read(tmp_path / "run", seconds=7.0).seconds == 7.0  # trained in this process: its own time
+
+
+def test_run_folders_follow_an_explicit_out_unless_it_is_one_of_the_repositorys_results(tmp_path, monkeypatch):
+    """A study put in /tmp/mine from an editable install used to train into the checkout's runs/mine, where a
+    later `git clean` or another checkout's study of the same name would meet it."""
+    from looped.experiments import results
+
+    repo = tmp_path / "repo"
+    (repo / "results").mkdir(parents=True)
+    monkeypatch.setattr(results, "repository_root", lambda: repo)
+    said = []
+    folders = lambda out, runs=None: results.study_folders(out, runs, "drt_cpu", said.append)  # noqa: E731
+    assert folders(None) == (repo / "results" / "drt_cpu", repo / "runs" / "drt_cpu")
+    assert folders(str(repo / "results" / "mine")) == (repo / "results" / "mine", repo / "runs" / "mine")
+    assert folders(str(tmp_path / "mine")) == (tmp_path / "mine", tmp_path / "mine" / "runs")
+    assert folders(str(tmp_path / "mine"), str(tmp_path / "r")) == (tmp_path / "mine", tmp_path / "r")
+    assert said[2] == f"looped: results in {tmp_path / 'mine'}, run folders in {tmp_path / 'mine' / 'runs'}"

@@ -174,12 +174,21 @@ def repository_root() -> Path | None:
 
 def study_folders(out: str | None, runs: str | None, default_name: str, log=None) -> tuple[Path, Path]:
     """(results folder, run folders) of a study: --out / --runs as given, else results/<name> and
-    runs/<name> of the repository (not of the current directory); says which folders it uses."""
+    runs/<name> of the repository (not of the current directory); says which folders it uses.
+
+    Run folders without --runs stay beside their results: runs/<name> of the repository for a results folder
+    under the repository's results/, else OUT/runs (a study put in /tmp/mine keeps its checkpoints there too,
+    not in a checkout it was merely started from)."""
     import sys
 
     base = repository_root() or Path.cwd()
     results = Path(out) if out else base / "results" / default_name
-    run_root = Path(runs) if runs else base / "runs" / results.name
+    if runs:
+        run_root = Path(runs)
+    elif results.resolve().parent == (base / "results").resolve():
+        run_root = base / "runs" / results.name
+    else:
+        run_root = results / "runs"
     (log or (lambda m: print(m, file=sys.stderr)))(f"looped: results in {results}, run folders in {run_root}")
     return results, run_root
 
