@@ -17,11 +17,12 @@ def row(name: str, mean: float, sd: float | None, seeds: int = 3, updates: int =
             "bits_per_byte_mean": mean, "bits_per_byte_sd": sd}
 
 
-def write(results: Path, steps: int, rows: list[dict]) -> None:
-    folder = results / "compare" / f"kjv_{steps}steps"
+def write(results: Path, steps: int, rows: list[dict], name: str = "kjv") -> None:
+    folder = results / "compare" / f"{name}_{steps}steps"
     folder.mkdir(parents=True)
-    (folder / "table.json").write_text(json.dumps({"rows": rows, "verdicts": [f"verdict at {steps}"],
-                                                   "floor": FLOOR, "plan": {"steps": steps}}))
+    archs = [r["row"] for r in rows if "@" not in r["row"]]
+    (folder / "table.json").write_text(json.dumps({"rows": rows, "verdicts": [f"verdict at {steps}"], "floor": FLOOR,
+                                                   "plan": {"steps": steps, "options": {"archs": archs}}}))
 
 
 def test_budgets_are_columns_in_order_of_updates_and_rows_missing_from_one_show_a_dash(tmp_path):
@@ -50,3 +51,22 @@ def test_the_tally_counts_only_differences_beyond_two_standard_errors(tmp_path):
 
 def test_no_committed_comparison_says_so(tmp_path):
     assert "No `looped compare` result is committed yet." in compare_front.compare_block(tmp_path)
+
+
+def test_the_fields_comparison_is_its_own_table_not_a_budget_column_of_the_default_rows(tmp_path):
+    """Its FLOP-matched plain row trains to another target than the default rows': one column would mix them."""
+    results = tmp_path / "results"
+    write(results, 90, [row("transformer", 3.3, 0.01), row("workspace", 3.2, 0.01)])
+    field = [row("transformer", 3.3, 0.01), row("prelude_coda", 3.1, 0.01),
+             row("transformer@flops", 2.9, 0.01, updates=420)]
+    for r, flops, depth in zip(field, (1.2e12, 5.6e12, 5.6e12), (None, 6, None)):
+        r.update(train_flops=flops, best_depth=depth, inference_flops_per_token=2.16e6)
+    write(results, 90, field, name="field_kjv")
+    block = compare_front.compare_block(results)
+    header = next(line for line in block.splitlines() if line.startswith("| row |"))
+    assert header.count("updates: held-out") == 1 and "| prelude_coda | 90 |" not in block.split("**The field")[0]
+    section = block.split("**The field's looped LMs**")[1]
+    assert "`looped compare --archs transformer prelude_coda`" in section
+    assert "| prelude_coda | 90 | 5.60 T | 3.100 ± 0.010 (n=3) | 6 | 2.16 M |" in section
+    assert "| transformer@flops | 420 | 5.60 T | 2.900 ± 0.010 (n=3) | — |" in section
+    assert "at equal parameters the looped rows against the plain one: 1 better" in section
