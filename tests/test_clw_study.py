@@ -63,7 +63,7 @@ def test_study_is_resumable_and_writes_its_outputs(tmp_path, monkeypatch):
     logged = {e["step"]: e["loss"] for e in map(json.loads, open(metrics)) if "loss" in e}
     mine = {int(r["step"]): float(r["loss"]) for r in curves if (r["corpus"], r["row"]) == ("enwik8", "plain")}
     assert mine.keys() == logged.keys() and all(abs(mine[k] - logged[k]) < 1e-6 for k in logged)
-    curves_ = clw_study.ClwStudy(out, runs).curves
+    curves_ = clw_study.ClwStudy(out, runs).training_curves
     curves_.rows = [r for r in curves_.rows if (r["corpus"], r["row"]) != ("enwik8", "plain")]
     curves_.save()
     messages = []

@@ -11,7 +11,7 @@ import pytest
 from helpers import write_text_corpus
 
 from looped.cli import main
-from looped.experiments import compare
+from looped.experiments import compare, compare_plan
 from looped.experiments import study as runner
 from looped.experiments.compare import CompareStudy, run_compare
 from looped.experiments.compare_plan import (ARCHS, FIELD_ARCHS, FLOPS_ROW, PARAM_TOLERANCE, CompareOptions, Timing,
@@ -70,6 +70,23 @@ def test_the_fields_families_compare_and_only_rows_with_a_test_time_depth_are_sw
     table = (out / "table.md").read_text()
     assert all(f"| {row} |" in table for row in FIELD_ARCHS)
     assert (out / "depth.png").stat().st_size > 0
+
+
+def test_the_held_out_curve_holds_only_evaluations_when_training_logs_between_them(tmp_path, monkeypatch):
+    """The engine once added every run's training-loss log to compare's curves.csv (both were `study.curves`):
+    where a run logs between its evaluations (a FLOP-matched row of >= 200 updates), those rows had no FLOPs and
+    no bits/byte, and the report's curves.png died on them in one line (`could not convert string to float`)."""
+    monkeypatch.setattr(compare_plan, "CURVE_POINTS", 2)  # 4 updates: evaluated every 2, logged every 1
+    corpus = write_text_corpus(tmp_path / "corpus.txt", 20_000)
+    out = tmp_path / "out"
+    plan = load_or_make_plan(out, tiny_options(corpus, archs=["transformer", "shared_loop"], match=["params"]),
+                             log=lambda m: None)
+    run_compare(out, tmp_path / "runs", plan, progress=False, log=lambda m: None)
+    curve = list(csv.DictReader(open(out / "curves.csv")))
+    assert sorted((r["row"], int(r["step"])) for r in curve) == [(row, step) for row in ("shared_loop", "transformer")
+                                                                 for step in (2, 4)]
+    assert all(float(r["flops"]) > 0 and float(r["bits_per_byte"]) > 0 for r in curve)
+    assert (out / "curves.png").stat().st_size > 0
 
 
 def test_flops_matching_gives_the_plain_row_the_looped_rows_training_flops(tmp_path):

@@ -183,5 +183,11 @@ def write_report(out: Path, plan: dict) -> list[str]:
     if summary:
         from .compare_plots import plot_all
 
-        plot_all(out, plan, summary, read_csv(out / "curves.csv"), read_csv(out / "depth.csv"), floor)
+        plot_all(out, plan, summary, heldout_curve(out), read_csv(out / "depth.csv"), floor)
     return lines
+
+
+def heldout_curve(out: Path) -> list[dict]:
+    """curves.csv's held-out evaluations. A comparison run by looped before 0.1.0 may also hold its training-loss
+    logs there (the engine took compare's curve table for its own), rows with no FLOPs and no score: left out."""
+    return [r for r in read_csv(out / "curves.csv") if r["bits_per_byte"] and r["flops"]]

@@ -181,14 +181,15 @@ class StudyBase:
     """The defaults most studies share, so a study writes only what is its own: `results`, `config`, `evaluate`
     and `report`. It trains, scores every run right after training (nothing for `prepare`, no backfills, so no
     `reproduces` check), a run trains in runs/<key values but the seed>/seed<S>, and a failed run's row carries
-    the architecture where results.csv has such a column. A study that sets `curves` (`keep_curves()`) has every
-    run's training loss recorded there by the engine, kept after the run folder is gone."""
+    the architecture where results.csv has such a column. A study that sets `training_curves` (`keep_curves()`) has
+    every run's training loss recorded there by the engine, kept after the run folder is gone (a name of its own:
+    a study's other curves, such as compare's held-out ones, are not the engine's to add to)."""
 
     results: ResultTable  # set by the subclass
     trains = True
     backfills: tuple[Backfill, ...] = ()
     reproduces = None  # no check of a retrained run against its row (see Study.reproduces)
-    curves: ResultTable | None = None  # the training loss at every logged update of every run (keep_curves)
+    training_curves: ResultTable | None = None  # the training loss at every logged update of every run
 
     def __init__(self, out: Path, runs: Path, *, scale: str = "cpu", overrides: dict | None = None):
         self.out, self.runs, self.scale, self.overrides = Path(out), Path(runs), scale, overrides or {}
@@ -226,11 +227,11 @@ class StudyBase:
         return ResultTable(self.out / name, [*key, *values], key)
 
     def keep_curves(self) -> Backfill:
-        """Keep every run's training loss in <out>/curves.csv (`curves`: the engine adds a run's curve when it has
-        trained); the Backfill that takes it from the folders of runs that finished without it."""
-        self.curves = self.per_run("curves.csv", "step", ["loss"])
-        return Backfill("training curve", self.curves,
-                        lambda key, last: self.curves.add_many(RunSummary.read(self.folder(key)).curve(key)))
+        """Keep every run's training loss in <out>/curves.csv (`training_curves`: the engine adds a run's curve
+        when it has trained); the Backfill that takes it from the folders of runs that finished without it."""
+        self.training_curves = curves = self.per_run("curves.csv", "step", ["loss"])
+        return Backfill("training curve", curves,
+                        lambda key, last: curves.add_many(RunSummary.read(self.folder(key)).curve(key)))
 
 
 # --- the registry ------------------------------------------------------------------------------------------------
@@ -428,8 +429,8 @@ def execution(config) -> str:
 def score_run(study: Study, key: dict, config, run: RunSummary, log) -> None:
     """Record a run that has trained: its training loss (a study that keeps curves: kept past the run folder),
     then the study's scores and its results.csv row (`evaluate`)."""
-    if getattr(study, "curves", None) is not None:
-        study.curves.add_many(run.curve(key))
+    if getattr(study, "training_curves", None) is not None:
+        study.training_curves.add_many(run.curve(key))
     study.evaluate(key, config, replace(run, scoring_since=time.perf_counter()), log)
 
 
