@@ -70,3 +70,4 @@ def test_the_fields_comparison_is_its_own_table_not_a_budget_column_of_the_defau
     assert "| prelude_coda | 90 | 5.60 T | 3.100 ± 0.010 (n=3) | 6 | 2.16 M |" in section
     assert "| transformer@flops | 420 | 5.60 T | 2.900 ± 0.010 (n=3) | — |" in section
     assert "at equal parameters the looped rows against the plain one: 1 better" in section
+    assert "part of every difference is the block, not the looping" in section

@@ -106,7 +106,11 @@ def field_section(folder: str, table_json: dict) -> list[str]:
                Column("inference FLOPs/token", lambda n: f"{cells[n]['inference_flops_per_token'] / 1e6:.2f} M")]
     return [f"**The field's looped LMs** on the same text and recipe, {plan['steps']} updates per run "
             f"(`{command}`; [{folder}]({folder}/table.md)). {in_words(table_json)}", "",
-            *table(columns, list(cells)), "", *(f"* {v}" for v in table_json["verdicts"]), ""]
+            *table(columns, list(cells)), "", *(f"* {v}" for v in table_json["verdicts"]), "",
+            "Read these against the plain row with care: each field row keeps its paper's block (RoPE, SwiGLU or "
+            "ReLU², RMSNorm) and the plain row is seed 000's (learned positions, GELU, LayerNorm), so part of every "
+            "difference is the block, not the looping; the leaderboard measures the two plain blocks apart "
+            "([block recipes](results/board_cpu/table.md#block-recipes)).", ""]
 
 
 __all__ = ["BEGIN", "END", "compare_block", "comparisons"]
