@@ -259,6 +259,8 @@ def test_run_folders_follow_an_explicit_out_unless_it_is_one_of_the_repositorys_
     folders = lambda out, runs=None: results.study_folders(out, runs, "drt_cpu", said.append)  # noqa: E731
     assert folders(None) == (repo / "results" / "drt_cpu", repo / "runs" / "drt_cpu")
     assert folders(str(repo / "results" / "mine")) == (repo / "results" / "mine", repo / "runs" / "mine")
+    nested = repo / "results" / "compare" / "kjv_90steps"  # as before: runs/<its name>
+    assert folders(str(nested)) == (nested, repo / "runs" / "kjv_90steps")
     assert folders(str(tmp_path / "mine")) == (tmp_path / "mine", tmp_path / "mine" / "runs")
     assert folders(str(tmp_path / "mine"), str(tmp_path / "r")) == (tmp_path / "mine", tmp_path / "r")
-    assert said[2] == f"looped: results in {tmp_path / 'mine'}, run folders in {tmp_path / 'mine' / 'runs'}"
+    assert said[3] == f"looped: results in {tmp_path / 'mine'}, run folders in {tmp_path / 'mine' / 'runs'}"

@@ -104,8 +104,9 @@ class ClwStudy(StudyBase):
         corpora = {with_parameters(f"{c} sample", finished(done, corpus=c)): {"corpus": c} for c in clw.CORPORA}
         for drawn, rows in zip(FIGURES, (done, *(scores.rows for scores in tables[1:]))):
             drawn.draw(self.out, rows, corpora)
-        curve_figures(self.out, CURVES, self.training_curves.rows, done, "corpus", "{corpus} sample, seed {seed}", lambda runs:
-                      with_parameters("Training loss of every row with a recorded curve (CPU recipe", runs) + ")")
+        curve_figures(self.out, CURVES, self.training_curves.rows, done, "corpus", "{corpus} sample, seed {seed}",
+                      lambda runs: with_parameters("Training loss of every row with a recorded curve (CPU recipe",
+                                                   runs) + ")")
 
 
 # --- report -----------------------------------------------------------------------------------------------

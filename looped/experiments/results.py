@@ -177,15 +177,15 @@ def study_folders(out: str | None, runs: str | None, default_name: str, log=None
     runs/<name> of the repository (not of the current directory); says which folders it uses.
 
     Run folders without --runs stay beside their results: runs/<name> of the repository for a results folder
-    under the repository's results/, else OUT/runs (a study put in /tmp/mine keeps its checkpoints there too,
-    not in a checkout it was merely started from)."""
+    anywhere under the repository's results/, else OUT/runs (a study put in /tmp/mine keeps its checkpoints
+    there too, not in a checkout it was merely started from)."""
     import sys
 
     base = repository_root() or Path.cwd()
     results = Path(out) if out else base / "results" / default_name
     if runs:
         run_root = Path(runs)
-    elif results.resolve().parent == (base / "results").resolve():
+    elif results.resolve().is_relative_to((base / "results").resolve()):
         run_root = base / "runs" / results.name
     else:
         run_root = results / "runs"
