@@ -129,6 +129,7 @@ def describe_plan(plan: dict) -> str:
 
 def add_commands(sub) -> None:
     from ..experiments.compare_plan import ARCHS, DEFAULT_ARCHS, DEFAULT_STEPS
+    from ..experiments.results import RUNS_HELP
 
     p = sub.add_parser("compare", help="does looping pay on my data? rows at equal parameters and equal FLOPs, "
                                        "over seeds: a table, verdicts and plots (resumable)")
@@ -156,8 +157,7 @@ def add_commands(sub) -> None:
     p.add_argument("--threads", type=int, help="torch threads per run (default torch's)")
     p.add_argument("--strict", action="store_true", help="refuse to train when the data checks find a mismatch")
     p.add_argument("--out", help="results folder (default results/compare of the repository)")
-    p.add_argument("--runs", help="run folders (default runs/<results folder name> of the repository; "
-                                  "OUT/runs for an --out elsewhere)")
+    p.add_argument("--runs", help=RUNS_HELP)
     p.add_argument("--stop-after", type=stop_after_minutes, metavar="MINUTES",
                    help="start no new run after this many minutes (0: start none)")
     p.add_argument("--finish-within", type=stop_after_minutes, metavar="MINUTES",

@@ -20,6 +20,7 @@ import argparse
 from pathlib import Path
 
 from ..experiments import study as engine
+from ..experiments.results import RUNS_HELP
 from .common import stop_after_minutes
 
 
@@ -27,8 +28,7 @@ def add_study_options(parser: argparse.ArgumentParser, spec: engine.StudySpec) -
     """The options every study shares, then one per axis and one per flag of `spec`."""
     parser.add_argument("--scale", choices=list(spec.scales), default=spec.scales[0])
     parser.add_argument("--out", help=f"results folder (default results/{spec.name}_<scale> of the repository)")
-    parser.add_argument("--runs", help="run folders (default runs/<results folder name> of the repository; "
-                                       "OUT/runs for an --out elsewhere)")
+    parser.add_argument("--runs", help=RUNS_HELP)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--status", action="store_true",
                         help="list the planned runs as done / failed / to do and exit (trains nothing)")

@@ -188,6 +188,6 @@ def write_report(out: Path, plan: dict) -> list[str]:
 
 
 def heldout_curve(out: Path) -> list[dict]:
-    """curves.csv's held-out evaluations. A comparison run by looped before 0.1.0 may also hold its training-loss
-    logs there (the engine took compare's curve table for its own), rows with no FLOPs and no score: left out."""
+    """curves.csv's held-out evaluations. A comparison written while the engine's training-loss table was also
+    called `curves` (6c3296c to 60f08c8) holds those logs there too, rows with no FLOPs and no score: left out."""
     return [r for r in read_csv(out / "curves.csv") if r["bits_per_byte"] and r["flops"]]

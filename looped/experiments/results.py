@@ -172,6 +172,9 @@ def repository_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "results").is_dir() else None
 
 
+RUNS_HELP = "run folders (default runs/<results folder name> of the repository; OUT/runs for an --out elsewhere)"
+
+
 def study_folders(out: str | None, runs: str | None, default_name: str, log=None) -> tuple[Path, Path]:
     """(results folder, run folders) of a study: --out / --runs as given, else results/<name> and
     runs/<name> of the repository (not of the current directory); says which folders it uses.
